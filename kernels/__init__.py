@@ -1,0 +1,27 @@
+"""INT8 compute backends.
+
+``get_backend(device)`` returns the module that runs exact int8 x int8 -> int32 convolutions and linear
+layers (forward, input gradient, weight gradient) on that device; ``kernels.reference`` is the exact
+int64 oracle every backend is tested against. All backends share the API of ``kernels.reference``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import cpu, reference
+
+__all__ = ["cpu", "get_backend", "reference"]
+
+
+def get_backend(device: torch.device | str):
+    """The INT8 backend module for a torch device (or device string such as "cpu", "cuda:0")."""
+    dev = device if isinstance(device, torch.device) else torch.device(device)
+    if dev.type == "cpu":
+        return cpu
+    if dev.type == "cuda":
+        raise NotImplementedError(
+            "the CUDA backend arrives with the kernels issue; for now only the CPU backend exists "
+            "(kernels.cpu) - run on device='cpu'"
+        )
+    raise NotImplementedError(f"no INT8 backend for device type {dev.type!r}; available: 'cpu'")
