@@ -1,0 +1,99 @@
+"""What every method shares: option validation, per-layer state, and the forward quantizers.
+
+A `Method` is built once per model (name + options). For each quantized layer it makes a
+`LayerQuantizer`, which holds that layer's state (DAIQ's s_{c,t-1}, UI8's clip value and d_c) and
+decides how X, W and the output gradient G are quantized. The layer classes in repro.layers ask it
+for int8 operands and ask the backend for the integer products.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from repro.quant import absmax, quantize
+
+
+@dataclass
+class GradCodes:
+    """The quantized output gradient G for the two backward products.
+
+    `gx` feeds GX = q(G) (*)^T q(W) with one scale `gx_scale`; `gw` feeds GW = q(X)^T (*) q(G) with
+    `gw_scale`, per tensor (0-d) or per output channel (1-D, one value per channel of G). Methods that
+    use one q(G) for both return the same tensor twice.
+    """
+
+    gx: torch.Tensor
+    gx_scale: torch.Tensor
+    gw: torch.Tensor
+    gw_scale: torch.Tensor
+
+    @property
+    def gw_per_channel(self) -> bool:
+        return self.gw_scale.dim() == 1
+
+
+class LayerQuantizer:
+    """Per-layer quantizers and state of one method. Subclasses override `grad` (and state)."""
+
+    quantizes = True
+
+    def __init__(self, method: Method):
+        self.method = method
+        self.opts = method.opts
+        self.step = 0  # backward passes seen by this layer
+
+    # Forward (UI8 and DAIQ alike): per-tensor s = max|x|, nearest rounding.
+    def weight(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s = absmax(w)
+        return quantize(w, s), s
+
+    def activation(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s = absmax(x)
+        return quantize(x, s), s
+
+    def grad(self, g: torch.Tensor, channel_axis: int) -> GradCodes:
+        raise NotImplementedError
+
+    def lr_scale(self) -> float:
+        """Factor on this layer's learning rate (UI8's phi(d_c)); 1 for methods without one."""
+        return 1.0
+
+    # Method state travels with checkpoints; tensors are stored on the CPU.
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+
+
+class Method:
+    name: ClassVar[str] = ""
+    defaults: ClassVar[dict[str, Any]] = {}
+    layer_quantizer: ClassVar[type[LayerQuantizer]] = LayerQuantizer
+    description: ClassVar[str] = ""
+
+    def __init__(self, **options: Any):
+        unknown = sorted(set(options) - set(self.defaults))
+        if unknown:
+            known = ", ".join(sorted(self.defaults)) or "none"
+            raise ValueError(f"method {self.name!r} has no option {', '.join(unknown)}; its options: {known}")
+        self.opts = {**self.defaults, **options}
+        self.validate()
+
+    def validate(self) -> None:
+        """Check option values; raise ValueError naming the bad one."""
+
+    def make_layer_quantizer(self) -> LayerQuantizer:
+        return self.layer_quantizer(self)
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.opts.items())
+        return f"{type(self).__name__}({opts})"
+
+
+def stochastic(g: torch.Tensor, scale: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+    """Gradients use stochastic rounding (UI8 eq. 3; DAIQ 'Our Method')."""
+    return quantize(g, scale, axis=axis, rounding="stochastic")

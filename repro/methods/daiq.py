@@ -1,0 +1,129 @@
+"""daiq: Distribution Adaptive INT8 Quantization (Zhao et al., AAAI 2021), and its two ablations.
+
+Backward pass per Algorithm 1:
+- GX path: G per tensor, s = max|G|, stochastic (line 12).
+- GW path: Gradient Vectorized Quantization, one s_c per output channel c of G (line 11), and GW[c]
+  dequantized with (s_x/127)(s_c/127) (eq. 7).
+- Magnitude-aware Clipping Strategy (lines 1-10, eq. 14-15), per channel c at iteration t:
+      sigma_c = std of G[:, c]; P = fraction of |g| > sigma_c
+      P > lambda  (Gaussian):    s_{c,t} = max|G[:, c]|
+      otherwise   (Inverted-T):  s_{c,t} = (1 - k*A) s_{c,t-1} + A max|G[:, c]|
+  with s_{c,t-1} = max|G[:, c]| at the first iteration.
+Ablations (Table 2): `daiq-gvq` is per-channel s_c = max|G[:, c]| without MCS; `daiq-mcs` applies MCS
+(and its discriminator) to the whole tensor, one s, without GVQ; both keep the GX path above.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from repro.methods import register
+from repro.methods.base import GradCodes, LayerQuantizer, Method, stochastic
+from repro.quant import absmax
+
+
+def channel_stats(g: torch.Tensor, channel_axis: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """max|g| and the discriminator's P(|g| > sigma) per channel (or for the whole tensor if None)."""
+    g = g.detach().float()
+    if channel_axis is None:
+        flat = g.reshape(1, -1)
+    else:
+        flat = g.movedim(channel_axis, 0).reshape(g.shape[channel_axis], -1)
+    # Population std (eq. 15 compares |g| with the sigma of the fitted normal, mean included).
+    sigma = flat.std(dim=1, correction=0, keepdim=True)
+    above = (flat.abs() > sigma).float().mean(dim=1)
+    gmax = flat.abs().amax(dim=1)
+    if channel_axis is None:
+        return gmax.reshape(()), above.reshape(())
+    return gmax, above
+
+
+def mcs_update(
+    gmax: torch.Tensor, above: torch.Tensor, prev: torch.Tensor | None, k: float, A: float, lam: float
+) -> torch.Tensor:
+    """One MCS step (Algorithm 1, lines 5-8) for every channel at once."""
+    if prev is None:  # first iteration: s_{c,0} = max|g_c|
+        return gmax.clone()
+    inverted_t = (1.0 - k * A) * prev + A * gmax
+    s = torch.where(above > lam, gmax, inverted_t)
+    # With k*A > 1 the recurrence can go non-positive (METHODS.md notes 1 - kA can be negative);
+    # a clip value <= 0 has no meaning, so such a channel falls back to max|g_c|, the Gaussian rule.
+    return torch.where(s > 0, s, gmax)
+
+
+class DaiqQuantizer(LayerQuantizer):
+    per_channel = True  # GVQ
+    clipping = True  # MCS
+
+    def __init__(self, method: Method):
+        super().__init__(method)
+        self.scale: torch.Tensor | None = None  # s_{c,t-1}, on the CPU between iterations
+        self.last_gaussian: torch.Tensor | None = None  # discriminator decision, kept for statistics
+
+    def grad(self, g: torch.Tensor, channel_axis: int) -> GradCodes:
+        self.step += 1
+        gx_scale = absmax(g)
+        gx = stochastic(g, gx_scale)
+        axis = channel_axis if self.per_channel else None
+        gmax, above = channel_stats(g, axis)
+        if self.clipping:
+            prev = None if self.scale is None else self.scale.to(gmax.device)
+            o = self.opts
+            s = mcs_update(gmax, above, prev, o["k"], o["A"], o["lam"])
+            self.scale = s.detach()
+            self.last_gaussian = (above > o["lam"]).detach()
+        else:
+            s = gmax
+        gw = stochastic(g, s, axis=axis)
+        return GradCodes(gx, gx_scale, gw, s)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["scale"] = None if self.scale is None else self.scale.detach().cpu().clone()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.scale = None if state["scale"] is None else state["scale"].clone()
+
+
+class GvqQuantizer(DaiqQuantizer):
+    clipping = False
+
+
+class McsQuantizer(DaiqQuantizer):
+    per_channel = False
+
+
+class _DaiqOptions(Method):
+    # lambda = 0.3, k = 1, A = 0.8 (DAIQ eq. 15 and Table 1, which sweeps k in {1, 1.2, 1.5}, A in {0.5, 0.8})
+    defaults = {"k": 1.0, "A": 0.8, "lam": 0.3}
+
+    def validate(self) -> None:
+        if not 0.0 <= self.opts["lam"] <= 1.0:
+            raise ValueError(f"lam is a probability threshold in [0, 1], got {self.opts['lam']}")
+        if self.opts["A"] <= 0:
+            raise ValueError(f"A must be positive, got {self.opts['A']}")
+
+
+@register
+class Daiq(_DaiqOptions):
+    name = "daiq"
+    description = "DAIQ: per-channel GW scales (GVQ) with magnitude-aware clipping (MCS)"
+    layer_quantizer = DaiqQuantizer
+
+
+@register
+class DaiqGvq(Method):
+    name = "daiq-gvq"
+    description = "DAIQ ablation OursGVQ: per-channel s_c = max|G_c|, no MCS (Table 2)"
+    layer_quantizer = GvqQuantizer
+
+
+@register
+class DaiqMcs(_DaiqOptions):
+    name = "daiq-mcs"
+    description = "DAIQ ablation OursMCS: MCS on the whole tensor, no GVQ (Table 2)"
+    layer_quantizer = McsQuantizer

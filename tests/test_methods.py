@@ -1,0 +1,135 @@
+"""Method logic on crafted gradients: DAIQ's discriminator and MCS recurrence, GVQ, UI8's clip search."""
+
+import math
+
+import pytest
+import torch
+
+from repro.methods import build_method, list_methods
+from repro.methods.ui8 import cosine_distance, lr_factor, search_clip
+
+
+def crafted_gradient(n=64, hw=8, seed=0):
+    """Channel 0 Gaussian; channel 1 Inverted-T (95% near zero, 5% large)."""
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.empty(n, 2, hw, hw)
+    g[:, 0] = torch.randn(n, hw, hw, generator=gen)
+    tiny = torch.randn(n, hw, hw, generator=gen) * 1e-3
+    spikes = torch.rand(n, hw, hw, generator=gen) < 0.05
+    g[:, 1] = torch.where(spikes, torch.randn(n, hw, hw, generator=gen).sign() * 2.0, tiny)
+    return g
+
+
+def test_registry_lists_the_methods_and_rejects_unknowns():
+    assert {"fp32", "gq", "ui8", "daiq", "daiq-gvq", "daiq-mcs"} <= set(list_methods())
+    with pytest.raises(ValueError, match="known methods: .*daiq.*gq"):
+        build_method("int4")
+    with pytest.raises(ValueError, match="its options: A, k, lam"):
+        build_method("daiq", alpha=3)
+    with pytest.raises(ValueError, match="period"):
+        build_method("ui8", period=0)
+
+
+def test_daiq_discriminator_tells_gaussian_from_inverted_t():
+    q = build_method("daiq").make_layer_quantizer()
+    q.grad(crafted_gradient(), channel_axis=1)
+    assert q.last_gaussian.tolist() == [True, False]
+
+
+@pytest.mark.parametrize("k,A", [(1.0, 0.8), (1.2, 0.5), (1.5, 0.8)])
+def test_daiq_mcs_recurrence_across_iterations(k, A):
+    q = build_method("daiq", k=k, A=A).make_layer_quantizer()
+    g1, g2, g3 = crafted_gradient(seed=1), crafted_gradient(seed=2) * 0.5, crafted_gradient(seed=3) * 3
+    s1 = q.grad(g1, 1).gw_scale
+    max1 = g1.abs().amax(dim=(0, 2, 3))
+    assert torch.allclose(s1, max1)  # first iteration: s = max|g_c|
+    prev = s1
+    for g in (g2, g3):
+        s = q.grad(g, 1).gw_scale
+        gmax = g.abs().amax(dim=(0, 2, 3))
+        assert math.isclose(s[0], gmax[0], rel_tol=1e-6)  # Gaussian channel: s = max|g|
+        expected = (1 - k * A) * prev[1] + A * gmax[1]  # Inverted-T channel: eq. 14
+        expected = expected if expected > 0 else gmax[1]
+        assert math.isclose(s[1], expected, rel_tol=1e-6)
+        prev = s
+
+
+def test_daiq_state_round_trips_exactly():
+    a = build_method("daiq").make_layer_quantizer()
+    a.grad(crafted_gradient(seed=1), 1)
+    b = build_method("daiq").make_layer_quantizer()
+    b.load_state_dict(a.state_dict())
+    g = crafted_gradient(seed=2)
+    assert torch.equal(a.grad(g, 1).gw_scale, b.grad(g, 1).gw_scale)
+    assert a.step == b.step == 2
+
+
+def test_gvq_scales_per_channel_for_gw_and_per_tensor_for_gx():
+    g = crafted_gradient()
+    codes = build_method("daiq-gvq").make_layer_quantizer().grad(g, 1)
+    assert codes.gw_per_channel and codes.gw_scale.shape == (2,)
+    assert torch.equal(codes.gw_scale, g.abs().amax(dim=(0, 2, 3)))
+    assert codes.gx_scale.shape == () and float(codes.gx_scale) == float(g.abs().max())
+
+
+def test_daiq_mcs_ablation_uses_one_scale():
+    q = build_method("daiq-mcs").make_layer_quantizer()
+    g = crafted_gradient()
+    codes = q.grad(g, 1)
+    assert codes.gw_scale.shape == () and float(codes.gw_scale) == float(g.abs().max())
+    for g2, gaussian in ((g * 0.5, False), (torch.randn(64, 2, 8, 8), True)):
+        prev = float(codes.gw_scale)
+        # the discriminator on the whole tensor, computed here independently
+        assert bool((g2.abs() > g2.std(correction=0)).float().mean() > 0.3) is gaussian
+        codes = q.grad(g2, 1)
+        top = float(g2.abs().max())
+        expected = top if gaussian else (1 - 0.8) * prev + 0.8 * top
+        assert math.isclose(float(codes.gw_scale), expected, rel_tol=1e-6)
+        assert bool(q.last_gaussian) is gaussian
+
+
+def test_gq_uses_one_code_tensor_for_both_paths():
+    g = crafted_gradient()
+    codes = build_method("gq").make_layer_quantizer().grad(g, 1)
+    assert codes.gx is codes.gw and float(codes.gx_scale) == float(g.abs().max())
+
+
+def test_ui8_clip_search_finds_the_grid_optimum():
+    gen = torch.Generator().manual_seed(0)
+    # sharp and wide (UI8 C1): Student-t like tails
+    g = torch.randn(20_000, generator=gen) / torch.rand(20_000, generator=gen).clamp_min(0.02)
+    c, d = search_clip(g)
+    top = float(g.abs().max())
+    grid = [top * 2 ** (-10 * i / 2000) for i in range(2001)]
+    best = min(cosine_distance(g, x) for x in grid)
+    assert c < top  # clipping does help on such a gradient
+    assert d <= best + 1e-4
+    assert math.isclose(d, cosine_distance(g, c), rel_tol=1e-6)
+
+
+def test_ui8_phi_matches_eq8():
+    assert math.isclose(lr_factor(0.05, 20, 0.1), math.exp(-1.0))
+    assert lr_factor(0.2, 20, 0.1) == 0.1  # exp(-4) = 0.018 is below beta
+    assert lr_factor(0.0, 10, 0.2) == 1.0
+    q = build_method("ui8", alpha=10.0, beta=0.2).make_layer_quantizer()
+    q.d_c = 0.03
+    assert math.isclose(q.lr_scale(), math.exp(-0.3))
+    assert build_method("ui8", lr_scaling=False).make_layer_quantizer().lr_scale() == 1.0
+
+
+def test_ui8_periodic_update_reoptimises_only_every_period():
+    q = build_method("ui8", period=3).make_layer_quantizer()
+    gen = torch.Generator().manual_seed(1)
+    clips = []
+    for i in range(7):
+        g = torch.randn(4, 8, 5, 5, generator=gen) * (1 + i)  # a different scale every step
+        codes = q.grad(g, 1)
+        clips.append(float(codes.gx_scale))
+        assert codes.gx is codes.gw
+    assert q.updates == 3  # steps 0, 3 and 6
+    assert clips[0] == clips[1] == clips[2] != clips[3]
+    assert clips[3] == clips[4] == clips[5] != clips[6]
+
+
+def test_fp32_does_not_quantize():
+    assert build_method("fp32").make_layer_quantizer().quantizes is False
