@@ -1,0 +1,255 @@
+"""Quantized layers and the one layer registry: `quantize_model` swaps layers in place.
+
+A quantized layer is the original module with its class swapped (as torchao's module_swap does): the
+same nn.Parameter objects and the same state_dict keys, so a swap after the optimizer, a DDP wrapper or
+a checkpoint exist is safe. Its forward runs one autograd Function per op family that asks the layer's
+method for int8 operands and the backend (kernels.get_backend) for exact int32 products:
+
+    Y  = acc(q(X), q(W))          * (s_x / 127)(s_w / 127) + b
+    GX = acc^T(q_gx(G), q(W))     * (s_gx / 127)(s_w / 127)
+    GW = acc(q(X), q_gw(G))       * (s_x / 127)(s_gw / 127)   (s_gw per tensor or per output channel)
+    Gb = sum of the float G (the bias stays float)
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+
+import kernels
+from repro.methods import LayerQuantizer, Method, build_method
+from repro.quant import QMAX
+
+QUANTIZABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+
+
+def _per_channel(scale: torch.Tensor, ndim: int) -> torch.Tensor:
+    """A per-output-channel scale shaped to broadcast over a weight of `ndim` dims."""
+    return scale.reshape(-1, *([1] * (ndim - 1)))
+
+
+class _Int8ConvFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer, geometry):
+        quantizer: LayerQuantizer = layer.int8
+        backend = kernels.get_backend(x.device)
+        xq, sx = quantizer.activation(x)
+        wq, sw = quantizer.weight(weight)
+        out = backend.conv_forward(xq, wq, *geometry).float().mul_(sx * sw / QMAX**2)
+        if bias is not None:
+            out += bias.detach().float().reshape(1, -1, *([1] * (x.dim() - 2)))
+        ctx.save_for_backward(xq, wq, sx, sw)
+        ctx.layer, ctx.geometry, ctx.x_shape, ctx.has_bias = layer, geometry, x.shape, bias is not None
+        return out.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, gy):
+        xq, wq, sx, sw = ctx.saved_tensors
+        backend = kernels.get_backend(gy.device)
+        codes = ctx.layer.int8.grad(gy, channel_axis=1)
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            acc = backend.conv_input_grad(codes.gx, wq, ctx.x_shape, *ctx.geometry)
+            gx = acc.float().mul_(codes.gx_scale * sw / QMAX**2).to(gy.dtype)
+        if ctx.needs_input_grad[1]:
+            acc = backend.conv_weight_grad(xq, codes.gw, wq.shape, *ctx.geometry).float()
+            if codes.gw_per_channel:  # GVQ: GW[c] = acc[c] (s_x/127)(s_c/127), DAIQ eq. 7
+                gw = acc.mul_(_per_channel(codes.gw_scale, acc.dim())).mul_(sx / QMAX**2)
+            else:
+                gw = acc.mul_(sx * codes.gw_scale / QMAX**2)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = gy.sum(dim=[d for d in range(gy.dim()) if d != 1])
+        return gx, gw, gb, None, None
+
+
+class _Int8LinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer):
+        quantizer: LayerQuantizer = layer.int8
+        backend = kernels.get_backend(x.device)
+        x2 = x.reshape(-1, x.shape[-1])
+        xq, sx = quantizer.activation(x2)
+        wq, sw = quantizer.weight(weight)
+        out = backend.linear_forward(xq, wq).float().mul_(sx * sw / QMAX**2)
+        if bias is not None:
+            out += bias.detach().float()
+        ctx.save_for_backward(xq, wq, sx, sw)
+        ctx.layer, ctx.x_shape, ctx.has_bias = layer, x.shape, bias is not None
+        return out.reshape(*x.shape[:-1], weight.shape[0]).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, gy):
+        xq, wq, sx, sw = ctx.saved_tensors
+        backend = kernels.get_backend(gy.device)
+        g2 = gy.reshape(-1, gy.shape[-1])
+        codes = ctx.layer.int8.grad(g2, channel_axis=1)
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            acc = backend.linear_input_grad(codes.gx, wq)
+            gx = acc.float().mul_(codes.gx_scale * sw / QMAX**2).reshape(ctx.x_shape).to(gy.dtype)
+        if ctx.needs_input_grad[1]:
+            acc = backend.linear_weight_grad(xq, codes.gw).float()
+            if codes.gw_per_channel:
+                gw = acc.mul_(_per_channel(codes.gw_scale, 2)).mul_(sx / QMAX**2)
+            else:
+                gw = acc.mul_(sx * codes.gw_scale / QMAX**2)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = g2.sum(dim=0)
+        return gx, gw, gb, None
+
+
+def conv_geometry(conv: nn.modules.conv._ConvNd) -> tuple[tuple, tuple, tuple, int] | None:
+    """(stride, padding, dilation, groups) with explicit zero padding, or None if not expressible."""
+    padding = conv.padding
+    if padding == "valid":
+        padding = (0,) * len(conv.kernel_size)
+    elif padding == "same":
+        totals = [d * (k - 1) for d, k in zip(conv.dilation, conv.kernel_size, strict=True)]
+        if any(t % 2 for t in totals):  # asymmetric 'same' padding has no symmetric equivalent
+            return None
+        padding = tuple(t // 2 for t in totals)
+    return tuple(conv.stride), tuple(padding), tuple(conv.dilation), conv.groups
+
+
+class Int8Layer:
+    """Mixin of every quantized layer class; `int8` is the layer's LayerQuantizer."""
+
+    int8: LayerQuantizer
+
+
+class Int8Conv(Int8Layer):
+    def forward(self, x):
+        if not self.int8.quantizes:
+            return super().forward(x)
+        return _Int8ConvFunction.apply(x, self.weight, self.bias, self, conv_geometry(self))
+
+
+class Int8LinearMixin(Int8Layer):
+    def forward(self, x):
+        if not self.int8.quantizes:
+            return super().forward(x)
+        return _Int8LinearFunction.apply(x, self.weight, self.bias, self)
+
+
+class Int8Conv1d(Int8Conv, nn.Conv1d):
+    pass
+
+
+class Int8Conv2d(Int8Conv, nn.Conv2d):
+    pass
+
+
+class Int8Conv3d(Int8Conv, nn.Conv3d):
+    pass
+
+
+class Int8Linear(Int8LinearMixin, nn.Linear):
+    pass
+
+
+# The layer registry: float class -> quantized class. Subclasses of these (e.g. mmcv's wrappers) get a
+# quantized class made on first use, so their own methods stay.
+LAYER_REGISTRY: dict[type[nn.Module], type[nn.Module]] = {
+    nn.Conv1d: Int8Conv1d,
+    nn.Conv2d: Int8Conv2d,
+    nn.Conv3d: Int8Conv3d,
+    nn.Linear: Int8Linear,
+}
+
+
+def quantized_class(cls: type[nn.Module]) -> type[nn.Module]:
+    if cls not in LAYER_REGISTRY:
+        mixin = Int8LinearMixin if issubclass(cls, nn.Linear) else Int8Conv
+        LAYER_REGISTRY[cls] = type(f"Int8{cls.__name__}", (mixin, cls), {"__module__": __name__})
+    return LAYER_REGISTRY[cls]
+
+
+def unsupported_reason(module: nn.Module) -> str | None:
+    if isinstance(module, nn.modules.conv._ConvNd):
+        if module.padding_mode != "zeros":
+            return f"padding_mode={module.padding_mode!r} (the int8 backends pad with zeros only)"
+        if conv_geometry(module) is None:
+            return "padding='same' with an even kernel extent (asymmetric padding)"
+    if not module.weight.is_floating_point():
+        return f"weight dtype {module.weight.dtype}"
+    return None
+
+
+def float_class(module: nn.Module) -> type[nn.Module]:
+    cls = type(module)
+    if isinstance(module, Int8Layer):
+        return next(c for c in cls.__mro__[1:] if c in LAYER_REGISTRY and not issubclass(c, Int8Layer))
+    return cls
+
+
+def quantizable_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Every Conv1d/2d/3d and Linear (quantized or not), in registration order."""
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, QUANTIZABLE)]
+
+
+def quantized_layers(model: nn.Module) -> dict[str, nn.Module]:
+    return {name: m for name, m in model.named_modules() if isinstance(m, Int8Layer)}
+
+
+def resolve_skip(layers: list[tuple[str, nn.Module]], skip) -> set[str]:
+    """Names to leave in float: "first"/"last" (of the quantizable layers), or module names/prefixes."""
+    if isinstance(skip, str):
+        skip = (skip,)
+    names = [n for n, _ in layers]
+    chosen: set[str] = set()
+    for item in skip or ():
+        if item == "first" and names:
+            chosen.add(names[0])
+        elif item == "last" and names:
+            chosen.add(names[-1])
+        else:
+            matched = [n for n in names if n == item or n.startswith(item + ".")]
+            if not matched and item not in ("first", "last"):
+                raise ValueError(
+                    f"skip entry {item!r} names no Conv/Linear layer; layers: {', '.join(names)}"
+                )
+            chosen.update(matched)
+    return chosen
+
+
+def quantize_model(
+    model: nn.Module, method: str | Method, skip=("first", "last"), **method_options: Any
+) -> nn.Module:
+    """Swap every Conv1d/2d/3d and Linear of `model` (but the skipped) for its INT8 class, in place.
+
+    Each swapped layer gets its own state from `method` (a registered name, see list_methods(), or a
+    Method). Returns the model. Layers the backends cannot run stay float, with one warning each.
+    """
+    method = build_method(method, **method_options)
+    layers = quantizable_layers(model)
+    skipped = resolve_skip(layers, skip)
+    for name, module in layers:
+        if name in skipped:
+            if isinstance(module, Int8Layer):
+                module.__class__ = float_class(module)
+                del module.int8
+            continue
+        reason = unsupported_reason(module)
+        if reason is not None:
+            warnings.warn(f"layer {name or type(module).__name__!r} stays float: {reason}", stacklevel=2)
+            continue
+        module.__class__ = quantized_class(float_class(module))
+        module.int8 = method.make_layer_quantizer()
+    return model
+
+
+def method_state_dict(model: nn.Module) -> dict[str, dict[str, Any]]:
+    """Every quantized layer's method state (DAIQ's s_c, UI8's c and d_c, step counts) by layer name."""
+    return {name: m.int8.state_dict() for name, m in quantized_layers(model).items()}
+
+
+def load_method_state_dict(model: nn.Module, state: dict[str, dict[str, Any]]) -> None:
+    layers = quantized_layers(model)
+    missing, unexpected = sorted(set(layers) - set(state)), sorted(set(state) - set(layers))
+    if missing or unexpected:
+        raise KeyError(f"method state does not match the model: missing {missing}, unexpected {unexpected}")
+    for name, layer in layers.items():
+        layer.int8.load_state_dict(state[name])

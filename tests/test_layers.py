@@ -1,0 +1,139 @@
+"""Quantized layers: forward and GX/GW equal the METHODS.md formulas, computed here independently
+(dequantized integer operands, float64 convolution), for every method and op family."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from repro import quantize_model
+from repro.layers import Int8Layer
+from repro.quant import absmax, dequantize, quantize
+
+METHODS = ["gq", "ui8", "daiq", "daiq-gvq", "daiq-mcs"]
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+GRAD_INPUT = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}
+GRAD_WEIGHT = {1: torch.nn.grad.conv1d_weight, 2: torch.nn.grad.conv2d_weight, 3: torch.nn.grad.conv3d_weight}
+
+
+def spy_on_codes(layer):
+    """Record the GradCodes the method hands to the layer's backward."""
+    seen = []
+    grad = layer.int8.grad
+
+    def recording(g, channel_axis):
+        codes = grad(g, channel_axis)
+        seen.append((g.detach().clone(), codes))
+        return codes
+
+    layer.int8.grad = recording
+    return seen
+
+
+def dequantized(t):
+    return dequantize(quantize(t, absmax(t)), absmax(t)).double()
+
+
+def check_codes_quantize_g(g, codes, axis):
+    """Each code tensor is a stochastic rounding of clamp(G) at its scale: off by less than one step."""
+    for q, s, ax in (
+        (codes.gx, codes.gx_scale, None),
+        (codes.gw, codes.gw_scale, axis if codes.gw_per_channel else None),
+    ):
+        shape = [1] * g.dim()
+        if ax is not None:
+            shape[ax] = -1
+        s_b = s.reshape(shape) if ax is not None else s
+        err = dequantize(q, s, axis=ax) - torch.maximum(torch.minimum(g, s_b), -s_b)
+        assert (err.abs() <= s_b / 127 * (1 + 1e-5)).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(
+    "dims,kwargs",
+    [
+        (2, dict(stride=1, padding=1)),
+        (2, dict(stride=2, padding=1, groups=2)),
+        (2, dict(stride=1, padding=1, groups=8)),  # depthwise
+        (1, dict(stride=2, padding=2, dilation=2)),
+        (3, dict(stride=(1, 2, 2), padding=1)),
+    ],
+)
+def test_conv_forward_and_gradients_follow_the_formulas(method, dims, kwargs):
+    torch.manual_seed(0)
+    conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[dims](8, 8, 3, bias=True, **kwargs)
+    ref = {k: v.detach().clone() for k, v in conv.state_dict().items()}
+    quantize_model(conv, method, skip=())
+    assert isinstance(conv, Int8Layer)
+    seen = spy_on_codes(conv)
+    x = torch.randn(3, 8, *([9] * dims), requires_grad=True)
+    y = conv(x)
+    gy = torch.randn_like(y) * torch.rand(1, 8, *([1] * dims))  # channels of different magnitude
+    y.backward(gy)
+
+    geometry = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation, groups=conv.groups)
+    xd, wd = dequantized(x.detach()), dequantized(ref["weight"])
+    expected_y = CONV[dims](xd, wd, ref["bias"].double(), **geometry)
+    torch.testing.assert_close(y.double(), expected_y, rtol=1e-5, atol=1e-5)
+
+    ((g, codes),) = seen
+    check_codes_quantize_g(g, codes, axis=1)
+    gx_hat = dequantize(codes.gx, codes.gx_scale).double()
+    gw_hat = dequantize(codes.gw, codes.gw_scale, axis=1 if codes.gw_per_channel else None).double()
+    expected_gx = GRAD_INPUT[dims](x.shape, wd, gx_hat, **geometry)
+    expected_gw = GRAD_WEIGHT[dims](xd, ref["weight"].shape, gw_hat, **geometry)
+    torch.testing.assert_close(x.grad.double(), expected_gx, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(conv.weight.grad.double(), expected_gw, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(conv.bias.grad, gy.sum(dim=[d for d in range(gy.dim()) if d != 1]))
+    if method.startswith("daiq") and method != "daiq-mcs":
+        assert codes.gw_per_channel and codes.gw_scale.shape == (8,)  # GVQ along output channels
+    else:
+        assert not codes.gw_per_channel
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_linear_forward_and_gradients_follow_the_formulas(method):
+    torch.manual_seed(1)
+    fc = nn.Linear(12, 5)
+    w0, b0 = fc.weight.detach().clone(), fc.bias.detach().clone()
+    quantize_model(fc, method, skip=())
+    seen = spy_on_codes(fc)
+    x = torch.randn(2, 4, 12, requires_grad=True)  # extra leading dims are flattened
+    y = fc(x)
+    gy = torch.randn_like(y)
+    y.backward(gy)
+    xd, wd = dequantized(x.detach().reshape(-1, 12)), dequantized(w0)
+    torch.testing.assert_close(y.double().reshape(-1, 5), xd @ wd.T + b0.double(), rtol=1e-5, atol=1e-5)
+    ((g, codes),) = seen
+    check_codes_quantize_g(g, codes, axis=1)
+    gx_hat = dequantize(codes.gx, codes.gx_scale).double()
+    gw_hat = dequantize(codes.gw, codes.gw_scale, axis=1 if codes.gw_per_channel else None).double()
+    torch.testing.assert_close(x.grad.double().reshape(-1, 12), gx_hat @ wd, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fc.weight.grad.double(), gw_hat.T @ xd, rtol=1e-5, atol=1e-6)
+
+
+def test_fp32_method_runs_the_float_op():
+    torch.manual_seed(2)
+    conv = nn.Conv2d(4, 6, 3, padding=1)
+    x = torch.randn(2, 4, 7, 7)
+    expected = conv(x)
+    quantize_model(conv, "fp32", skip=())
+    assert isinstance(conv, Int8Layer)
+    torch.testing.assert_close(conv(x), expected)
+
+
+def test_unsupported_padding_mode_stays_float_with_one_warning():
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3, padding=1, padding_mode="reflect"), nn.Conv2d(4, 4, 1)
+    )
+    with pytest.warns(UserWarning, match=r"'1' stays float: padding_mode='reflect'") as record:
+        quantize_model(model, "daiq", skip=())
+    assert len(record) == 1
+    assert [isinstance(m, Int8Layer) for m in model] == [True, False, True]
+    model(torch.randn(1, 3, 8, 8)).sum().backward()
+
+
+def test_input_without_grad_skips_the_input_gradient():
+    conv = quantize_model(nn.Conv2d(3, 4, 3), "daiq", skip=())
+    conv(torch.randn(2, 3, 6, 6)).sum().backward()
+    assert conv.weight.grad is not None

@@ -1,0 +1,126 @@
+"""quantize_model on real torchvision models: what is swapped, what is kept, and that training works."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import nn
+
+from repro import LayerLrScaling, NonFiniteError, list_methods, quantize_model, quantized_layers
+from repro.layers import Int8Layer, quantizable_layers
+
+MODELS = {
+    "resnet18": lambda: torchvision.models.resnet18(num_classes=10),
+    "mobilenet_v2": lambda: torchvision.models.mobilenet_v2(num_classes=10),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_swaps_all_but_first_and_last_keeping_parameters_and_keys(name):
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    layers = quantizable_layers(model)
+    keys = list(model.state_dict())
+    classes = {n: type(m) for n, m in layers}
+    params = {n: p for n, p in model.named_parameters()}
+    quantize_model(model, "daiq")
+    swapped = quantized_layers(model)
+    assert len(swapped) == len(layers) - 2
+    assert layers[0][0] not in swapped and layers[-1][0] not in swapped
+    assert list(model.state_dict()) == keys
+    assert all(p is params[n] for n, p in model.named_parameters())
+    # the swapped layers are still instances of their float classes (Conv2d, Linear)
+    assert all(isinstance(m, classes[n]) and type(m) is not classes[n] for n, m in swapped.items())
+
+
+def test_unknown_method_and_skip_are_clear_errors():
+    model = MODELS["resnet18"]()
+    with pytest.raises(ValueError, match="known methods"):
+        quantize_model(model, "int3")
+    with pytest.raises(ValueError, match="names no Conv/Linear layer"):
+        quantize_model(model, "daiq", skip=("layer9",))
+    quantize_model(model, "daiq", skip=("first", "last", "layer4"))
+    assert not any(n.startswith("layer4") for n in quantized_layers(model))
+
+
+def test_optimizer_made_before_the_swap_still_updates_the_weights():
+    torch.manual_seed(0)
+    model = MODELS["resnet18"]()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    quantize_model(model, "daiq")
+    before = model.layer1[0].conv1.weight.detach().clone()
+    F.cross_entropy(model(torch.randn(4, 3, 32, 32)), torch.tensor([0, 1, 2, 3])).backward()
+    opt.step()
+    assert not torch.equal(before, model.layer1[0].conv1.weight)
+
+
+def train_losses(model, method, steps=6, lr=0.05):
+    torch.manual_seed(0)
+    x = torch.randn(16, 3, 32, 32)
+    y = torch.arange(16) % 10
+    quantize_model(model, method)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    if method == "ui8":
+        LayerLrScaling(model, opt)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("method", sorted(set(list_methods())))
+def test_a_few_steps_on_a_fixed_batch_reduce_the_loss(method):
+    torch.manual_seed(0)
+    losses = train_losses(MODELS["resnet18"](), method)
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_mobilenet_v2_trains_in_int8():
+    torch.manual_seed(0)
+    losses = train_losses(MODELS["mobilenet_v2"](), "daiq", steps=8)
+    assert losses[-1] < losses[0], losses
+
+
+def test_non_finite_gradient_raises_the_divergence_error():
+    model = quantize_model(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2)), "daiq")
+    out = model(torch.randn(3, 4))
+    with pytest.raises(NonFiniteError):
+        (out * float("inf")).sum().backward()
+
+
+def test_layer_lr_scaling_equals_per_layer_learning_rates():
+    """phi(d_c) on the step == SGD (momentum, weight decay) with lr * phi in a group of that layer."""
+    torch.manual_seed(0)
+    base = nn.Sequential(
+        nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.Linear(8, 3)
+    )
+    scaled = quantize_model(copy.deepcopy(base), "ui8", skip=())
+    layers = list(quantized_layers(scaled).values())
+    phis = [1.0, 0.5, 0.2, 0.8]
+    for layer, phi in zip(layers, phis, strict=True):
+        layer.int8.lr_scale = lambda phi=phi: phi
+    opt = torch.optim.SGD(scaled.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    LayerLrScaling(scaled, opt)
+
+    reference = copy.deepcopy(scaled)  # same quantized layers; per-layer groups instead
+    ref_layers = list(quantized_layers(reference).values())
+    groups = [
+        {"params": list(m.parameters()), "lr": 0.1 * phi} for m, phi in zip(ref_layers, phis, strict=True)
+    ]
+    ref_opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9, weight_decay=1e-3)
+    x, y = torch.randn(10, 6), torch.randint(0, 3, (10,))
+    for _ in range(4):
+        for m, o in ((scaled, opt), (reference, ref_opt)):
+            torch.manual_seed(1)  # same stochastic rounding in both
+            o.zero_grad()
+            F.cross_entropy(m(x), y).backward()
+            o.step()
+    for a, b in zip(scaled.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert all(isinstance(m, Int8Layer) for m in layers)
