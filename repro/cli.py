@@ -1,0 +1,57 @@
+"""The `repro` command. Subcommands: methods, step-time (train and table arrive with their issues)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from repro.methods import METHODS, list_methods
+
+
+def cmd_methods(args) -> int:
+    for name in list_methods():
+        cls = METHODS[name]
+        opts = ", ".join(f"{k}={v}" for k, v in cls.defaults.items()) or "-"
+        print(f"{name:<10} {cls.description}  [options: {opts}]")
+    return 0
+
+
+def cmd_step_time(args) -> int:
+    from repro.steptime import report, time_steps
+
+    methods = args.methods.split(",")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        print(
+            f"error: unknown method {unknown[0]!r}; choose from {', '.join(list_methods())}", file=sys.stderr
+        )
+        return 2
+    times = time_steps(args.model, methods, args.batch, args.size, args.rounds)
+    print(f"{args.model}, batch {args.batch}, {args.size}x{args.size} input, {args.rounds} rounds, CPU")
+    print(report(times))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="repro", description="INT8 training reproduction harness")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("methods", help="list the registered methods and their options").set_defaults(
+        func=cmd_methods
+    )
+    p = sub.add_parser("step-time", help="time one training step per method, side by side")
+    p.add_argument("--model", default="resnet18")
+    p.add_argument("--methods", default="fp32,daiq")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--rounds", type=int, default=5)
+    p.set_defaults(func=cmd_step_time)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
