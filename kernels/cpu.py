@@ -1,0 +1,473 @@
+"""Fast INT8 CPU backend, bit-exact to ``kernels.reference``.
+
+Same API as ``kernels.reference``: int8 operands (values in [-127, 127], any strides or memory
+format) in, exact int32 out (convolution results channels-last). Convolutions are 1-, 2- or 3-D by
+the rank of ``x`` (N, C, *spatial).
+
+Which torch ops run (timings: ``python -m kernels.bench``):
+
+* Convolutions go to oneDNN's int8 convolution, ``torch.ops.onednn.qconv_pointwise`` with the weight
+  prepacked by ``torch.ops.onednn.qconv_prepack``: the input shifted to uint8 with zero point 128
+  (v + 128, a sign-bit flip), the int8 weight, unit scales, fp32 output. oneDNN accumulates in int32
+  (zero-point compensation included, padded borders too) and converts to fp32 at the end, which is
+  exact while |acc| < 2^24. The a-priori bound 128 * max_oc ||w_oc||_1 usually proves that; when it
+  does not, the output is scanned (``torch.aminmax``) and a batch chunk with any |value| >= 2^24 is
+  recomputed exactly by im2col + ``torch._int_mm``. oneDNN runs on batch chunks of <= 8 MB of fp32
+  output (cache-sized, and below glibc's mmap threshold, where fresh pages cost page faults).
+* Ungrouped convolutions with a 1x1 kernel and no padding, or with at most 64 output positions per
+  image, go to im2col + ``torch._int_mm`` (int8 x int8 -> int32) instead: faster there (measured),
+  and exact by construction. The im2col is one strided copy per batch chunk (<= 8 MB), a view for 1x1.
+* ``conv_input_grad``: the transposed convolution as such convolutions of g with the weight flipped
+  and its in/out channels swapped per group. Stride s > 1 is done polyphase: one stride-1
+  convolution per input phase (s^d of them) with the sub-kernel of the taps that reach it, so no
+  multiplications by inserted zeros; the phases are interleaved into dx.
+* ``conv_weight_grad``: im2col over batch chunks + ``torch._int_mm`` (exact int32 whatever the
+  reduction length N*P), int32 partial sums added. Grouped convolutions put blocks of groups into one
+  matmul and keep its diagonal blocks, so depthwise is batched matmuls, not a loop over channels.
+* ``linear_*``: ``torch._int_mm``.
+
+CPU ``torch._int_mm`` misreads operands with a size-1 dimension whose strides are ambiguous (torch
+2.13); such operands are copied to a fresh row-major layout first (``_mm_operand``).
+
+Exactness of the oneDNN and ``_int_mm`` paths depends on the CPU: with VNNI (vpdpbusd, as here) they
+are exact; without it oneDNN may use the saturating vpmaddubsw. Each path is therefore probed once on
+saturation-prone operands, and a path that fails its probe is not used: convolutions then all go to
+im2col + ``_int_mm``, and ``_int_mm`` itself to a float64 matmul (exact: integer sums < 2^53).
+
+int32 contract: results are exact as long as the exact sum fits in int32, guaranteed when the
+reduction length K < 2^31 / 127^2 = 133,144 (K = Cin/groups * prod(kernel) for the forward pass,
+Cout/groups * prod(kernel) for the input gradient, N * prod(output spatial) for the weight gradient,
+K for a linear layer).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Sequence
+
+import torch
+
+__all__ = [
+    "conv_forward",
+    "conv_input_grad",
+    "conv_weight_grad",
+    "linear_forward",
+    "linear_input_grad",
+    "linear_weight_grad",
+]
+
+_F32_EXACT = 1 << 24  # every integer with |v| < 2^24 is exact in fp32
+_ZP = 128  # uint8 zero point: int8 v is stored as v + 128
+# weight grad: batch chunk such that the im2col of a chunk has about this many bytes (measured: 8 MB
+# beat 2 and 16 MB and an unchunked im2col, whose fresh >32 MB buffers cost page faults)
+_IM2COL_CHUNK_BYTES = 8 << 20
+# oneDNN convolutions: batch chunk such that a chunk's fp32 output has about this many bytes
+_OUT_CHUNK_BYTES = 8 << 20
+_CHUNK_IMAGES = None  # tests: force this many images per batch chunk
+# convolutions with at most this many output positions per image go to im2col + _int_mm
+_SMALL_OUT = 64
+
+
+# ----------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _tuple(v: int | Sequence[int], nd: int, name: str) -> tuple[int, ...]:
+    if isinstance(v, int):
+        return (v,) * nd
+    v = tuple(int(a) for a in v)
+    if len(v) == 1:
+        return v * nd
+    if len(v) != nd:
+        raise ValueError(f"{name} must be an int or a sequence of {nd} ints, got {v}")
+    return v
+
+
+def _check(*tensors: torch.Tensor) -> None:
+    for t in tensors:
+        if t.dtype != torch.int8:
+            raise TypeError(f"expected an int8 tensor, got {t.dtype}")
+        if t.device.type != "cpu":
+            raise ValueError(f"kernels.cpu got a tensor on {t.device}")
+
+
+def _geometry(x_shape, w_shape, stride, padding, dilation, groups):
+    nd = len(x_shape) - 2
+    if nd not in (1, 2, 3) or len(w_shape) != nd + 2:
+        raise ValueError(
+            f"need x (N, C, *spatial) with 1..3 spatial dims and a matching weight, got "
+            f"{tuple(x_shape)} and {tuple(w_shape)}"
+        )
+    s = _tuple(stride, nd, "stride")
+    p = _tuple(padding, nd, "padding")
+    d = _tuple(dilation, nd, "dilation")
+    cin, cout = x_shape[1], w_shape[0]
+    if groups < 1 or cin % groups or cout % groups or w_shape[1] != cin // groups:
+        raise ValueError(f"channels do not match groups={groups}: x {tuple(x_shape)}, w {tuple(w_shape)}")
+    k = tuple(int(a) for a in w_shape[2:])
+    out = tuple((x_shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(nd))
+    if min(out) < 1:
+        raise ValueError(f"empty output for input {tuple(x_shape)}, kernel {k}")
+    return nd, s, p, d, k, out
+
+
+def _empty_cl(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised (N, C, *spatial) tensor laid out channels-last (C innermost), for any rank."""
+    n, c, *sp = shape
+    return torch.empty((n, *sp, c), dtype=dtype).movedim(-1, 1)
+
+
+def _is_cl(t: torch.Tensor) -> bool:
+    return t.shape[1] == 1 or t.stride(1) == 1
+
+
+def _as_cl(t: torch.Tensor) -> torch.Tensor:
+    """t laid out channels-last (a copy unless it already is), for any rank."""
+    return t if _is_cl(t) else t.movedim(1, -1).contiguous().movedim(-1, 1)
+
+
+def _to_u8(t: torch.Tensor) -> torch.Tensor:
+    """int8 v -> uint8 v + 128 (the sign bit flipped), channels-last, in one pass."""
+    out = _empty_cl(t.shape, torch.uint8)
+    torch.bitwise_xor(t.view(torch.uint8), _ZP, out=out)
+    return out
+
+
+def _mm_operand(t: torch.Tensor) -> torch.Tensor:
+    """A layout torch._int_mm reads correctly: row- or column-major with no size-1 dimension.
+
+    With a size-1 dimension the strides are ambiguous (e.g. (1, 1)) and CPU _int_mm then returns
+    wrong results (torch 2.13); such operands, and other non-BLAS layouts, get a fresh row-major copy.
+    """
+    r, c = t.shape
+    if r > 1 and c > 1:
+        if (t.stride(1) == 1 and t.stride(0) >= c) or (t.stride(0) == 1 and t.stride(1) >= r):
+            return t
+    return torch.empty_strided((r, c), (c, 1), dtype=t.dtype).copy_(t)
+
+
+@functools.cache
+def _int_mm_exact() -> bool:
+    """True if torch._int_mm is exact here (it is with VNNI; probe saturation-prone operands once)."""
+    try:
+        gen = torch.Generator().manual_seed(0)
+        a = torch.randint(-127, 128, (64, 96), generator=gen, dtype=torch.int8)
+        b = torch.randint(-127, 128, (96, 48), generator=gen, dtype=torch.int8)
+        a[:16] = 127
+        a[16:32] = -127
+        b[:, :8] = 127
+        b[:, 8:16] = -127
+        ok = torch.equal(torch._int_mm(a, b).to(torch.int64), a.to(torch.int64) @ b.to(torch.int64))
+        ok &= torch.equal(torch._int_mm(a, b.t().contiguous().t()).to(torch.int64), a.long() @ b.long())
+        return bool(ok)
+    except Exception:
+        return False
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Exact int8 (M, K) @ int8 (K, N) -> int32 (M, N) (into ``out``, a contiguous int32, if given)."""
+    if _int_mm_exact():
+        a, b = _mm_operand(a), _mm_operand(b)
+        return torch._int_mm(a, b) if out is None else torch._int_mm(a, b, out=out)
+    # float64 sums of int8 products are exact (|sum| < 2^53)
+    r = torch.mm(a.to(torch.float64), b.to(torch.float64)).to(torch.int32)
+    return r if out is None else out.copy_(r)
+
+
+def _batch_chunk(n: int, bytes_per_image: int, budget: int) -> int:
+    """Images per chunk so that a chunk's temporary has about ``budget`` bytes (at least one image)."""
+    if _CHUNK_IMAGES is not None:
+        return max(1, min(n, _CHUNK_IMAGES))
+    return max(1, min(n, budget // max(1, bytes_per_image)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# oneDNN int8 convolution (fp32 output) and its exact im2col fallback
+
+
+def _qconv(xu: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, chunk: int | None = None):
+    """oneDNN u8 (zero point 128) x s8 convolution, fp32 output (channels-last).
+
+    Yields the outputs of batch chunks of ``chunk`` images (one chunk if None); the weight is
+    prepacked once, for the shape of the first chunk.
+    """
+    n = xu.shape[0]
+    chunk = n if chunk is None else chunk
+    cout = wq.shape[0]
+    w_scale = torch.ones(cout, dtype=torch.float32)
+    w_zp = torch.zeros(cout, dtype=torch.int64)
+    s, p, d = list(s), list(p), list(d)
+    shape = [min(n, chunk), *xu.shape[1:]]
+    packed = torch.ops.onednn.qconv_prepack(wq.contiguous(), w_scale, 1.0, _ZP, s, p, d, groups, shape)
+    for n0 in range(0, n, chunk):
+        yield torch.ops.onednn.qconv_pointwise(
+            xu[n0 : n0 + chunk], 1.0, _ZP, packed, w_scale, w_zp, None, s, p, d, groups,
+            1.0, 0, torch.float32, "none", [], "",
+        )  # fmt: skip
+
+
+@functools.cache
+def _onednn_exact() -> bool:
+    """True if the oneDNN int8 convolution is exact here (probe saturation-prone operands once)."""
+    try:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randint(-127, 128, (2, 64, 7, 7), generator=gen, dtype=torch.int8)
+        w = torch.randint(-127, 128, (32, 64, 3, 3), generator=gen, dtype=torch.int8)
+        x[0] = 127
+        w[:8] = 127
+        w[8:16] = -127
+        w[16:24, 1::2] = -127
+        ok = True
+        for groups, wt in ((1, w), (64, w[:, :1].repeat(2, 1, 1, 1))):
+            want = torch.nn.functional.conv2d(x.double(), wt.double(), padding=1, groups=groups)
+            (got,) = _qconv(_to_u8(x), wt, (1, 1), (1, 1), (1, 1), groups)
+            ok &= torch.equal(got.double(), want)
+        return bool(ok)
+    except Exception:
+        return False
+
+
+def _pad_zero(xq: torch.Tensor, p) -> torch.Tensor:
+    """Zero-pad the spatial dims (int8), keeping the memory layout family."""
+    if not any(p):
+        return xq
+    n, c, *sp = xq.shape
+    shape = (n, c, *(a + 2 * b for a, b in zip(sp, p, strict=True)))
+    xp = _empty_cl(shape, xq.dtype) if _is_cl(xq) else torch.empty(shape, dtype=xq.dtype)
+    xp.zero_()
+    xp[(slice(None), slice(None)) + tuple(slice(b, b + a) for a, b in zip(sp, p, strict=True))] = xq
+    return xp
+
+
+def _im2col(xp: torch.Tensor, k, s, d, out, channels_last: bool) -> torch.Tensor:
+    """Columns of an already padded int8 x (N, C, *Lp), one strided copy.
+
+    channels_last: (N*P, prod(k)*C), rows (n, o...), columns (k..., c)
+    otherwise:     (C*prod(k), N*P), rows (c, k...), columns (n, o...)
+    """
+    nd = len(k)
+    n, c = xp.shape[:2]
+    sn, sc, *sl = xp.stride()
+    o_stride = [sl[i] * s[i] for i in range(nd)]
+    k_stride = [sl[i] * d[i] for i in range(nd)]
+    off = xp.storage_offset()
+    if channels_last:
+        v = xp.as_strided((n, *out, *k, c), (sn, *o_stride, *k_stride, sc), off)
+        return v.reshape(n * math.prod(out), math.prod(k) * c)
+    v = xp.as_strided((c, *k, n, *out), (sc, *k_stride, sn, *o_stride), off)
+    return v.reshape(c * math.prod(k), n * math.prod(out))
+
+
+def _conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int) -> torch.Tensor:
+    """Exact convolution by im2col + _int_mm over batch chunks, channels-last int32 output.
+
+    Groups are done blk at a time with a block-diagonal weight (zeros between the groups), so that
+    depthwise convolutions are batched matmuls too.
+    """
+    nd = len(s)
+    n, cin = xq.shape[:2]
+    cout = wq.shape[0]
+    k = tuple(wq.shape[2:])
+    ntap = math.prod(k)
+    out = tuple((xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(nd))
+    npos = math.prod(out)
+    a, b = cin // groups, cout // groups
+    blk = min(groups, max(1, 64 // max(a, b)))
+    # weights as (Cout, prod(k) * a) with columns (k..., c), the order of the channels-last im2col
+    wm = wq.movedim(1, -1).reshape(cout, ntap, a).contiguous()
+    y = _empty_cl((n, cout, *out), torch.int32)
+    ymat = y.movedim(1, -1).view(n * npos, cout)  # rows (n, o...), contiguous
+    chunk = _batch_chunk(n, npos * ntap * cin, _IM2COL_CHUNK_BYTES)
+    for n0 in range(0, n, chunk):
+        n1 = min(n, n0 + chunk)
+        xp = _pad_zero(_as_cl(xq[n0:n1]), p)
+        rows = slice(n0 * npos, n1 * npos)
+        for g0 in range(0, groups, blk):
+            g1 = min(groups, g0 + blk)
+            cols = _im2col(xp[:, g0 * a : g1 * a], k, s, d, out, True)  # (rows, prod(k) * B*a)
+            if groups == 1:
+                _mm(cols, wm.view(cout, -1).t(), out=ymat[rows])
+                continue
+            # block-diagonal weight (B*b, prod(k), B*a): group i of the block at [i*b.., :, i*a..]
+            nb = g1 - g0
+            wb = torch.zeros((nb, b, ntap, nb, a), dtype=wq.dtype)
+            wb.diagonal(dim1=0, dim2=3).copy_(wm[g0 * b : g1 * b].view(nb, b, ntap, a).permute(1, 2, 3, 0))
+            ymat[rows, g0 * b : g1 * b] = _mm(cols, wb.view(nb * b, -1).t())
+    return y
+
+
+def _im2col_route(k, p, out, groups: int) -> bool:
+    """Where im2col + _int_mm beats oneDNN (measured): 1x1 kernels without padding (the im2col is at
+    most a strided copy; no uint8 conversion, prepack or fp32 round trip) and small outputs (<= 8x8
+    positions per image, where oneDNN's int8 kernels are slow), both without groups."""
+    if groups != 1:
+        return False
+    return (all(a == 1 for a in k) and not any(p)) or math.prod(out) <= _SMALL_OUT
+
+
+def _conv_int(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, u8_cache=None) -> torch.Tensor:
+    """Exact int32 convolution of int8 x with int8 w, channels-last.
+
+    ``u8_cache``: a dict to keep x as uint8 + 128 in, for several convolutions of the same x.
+    """
+    k = wq.shape[2:]
+    out = [(xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(len(s))]
+    if not _onednn_exact() or _im2col_route(k, p, out, groups):
+        return _conv_exact(xq, wq, s, p, d, groups)
+    u8_cache = {} if u8_cache is None else u8_cache
+    if "u8" not in u8_cache:
+        u8_cache["u8"] = _to_u8(xq)
+    xu = u8_cache["u8"]
+    # |x| <= 128, so |acc| <= 128 * max_oc ||w_oc||_1: if that is < 2^24 the fp32 output is exact
+    checked = _ZP * int(wq.to(torch.int32).abs().flatten(1).sum(1).max()) >= _F32_EXACT
+    n = xq.shape[0]
+    # batch chunks keep the fp32 intermediate cache-sized (and reused rather than freshly mapped)
+    chunk = _batch_chunk(n, 4 * wq.shape[0] * math.prod(out), _OUT_CHUNK_BYTES)
+    y = None
+    for n0, part in zip(range(0, n, chunk), _qconv(xu, wq, s, p, d, groups, chunk), strict=True):
+        if checked:
+            lo, hi = torch.aminmax(part)
+            # fp32 rounding is monotonic and 2^24 is representable: |out| < 2^24 implies |acc| < 2^24
+            if not (-_F32_EXACT < float(lo) and float(hi) < _F32_EXACT):
+                part = _conv_exact(xq[n0 : n0 + chunk], wq, s, p, d, groups)
+        if chunk >= n:
+            return part.to(torch.int32)
+        if y is None:
+            y = _empty_cl((n, wq.shape[0], *out), torch.int32)
+        y[n0 : n0 + chunk] = part
+    return y
+
+
+# ----------------------------------------------------------------------------------------------------
+# public API
+
+
+def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
+    """y = conv(x, w) exactly (torch.nn.functional.conv{1,2,3}d semantics), int32 (N, Cout, *out)."""
+    _check(xq, wq)
+    nd, s, p, d, k, out = _geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
+    return _conv_int(xq, wq, s, p, d, groups)
+
+
+def _phases(length: int, out: int, k: int, s: int, p: int, d: int):
+    """Per-dimension polyphase plan of the transposed convolution.
+
+    Input positions i = phi + s*j get dx[i] = sum_k g[o] w[k] over taps with o*s - p + k*d = i, i.e.
+    (phi + p - k*d) % s == 0 and o = j + (phi + p - k*d) / s. Listing those taps in decreasing k
+    makes o advance by dd = (tap step) * d / s per tap: a stride-1 correlation of g with the reversed
+    sub-kernel, dilation dd, left padding -c_min. Yields (phi, n_phi, plan) with plan None when no
+    tap reaches the phase, else (taps reversed, dd, symmetric padding P, crop start).
+    """
+    for phi in range(min(s, length)):
+        n_phi = (length - phi + s - 1) // s
+        taps = [t for t in range(k) if (phi + p - t * d) % s == 0]
+        if not taps:
+            yield phi, n_phi, None
+            continue
+        dd = (taps[1] - taps[0]) * d // s if len(taps) > 1 else 1
+        pl = -((phi + p - taps[-1] * d) // s)  # left padding of g
+        pr = n_phi + (len(taps) - 1) * dd - out - pl  # right padding that yields n_phi outputs
+        pad = max(pl, pr, 0)
+        yield phi, n_phi, (taps[::-1], dd, pad, pad - pl)
+
+
+def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
+    """dL/dx for dL/dy = g (torch.nn.grad.conv{N}d_input), int32 of shape input_shape."""
+    _check(gq, wq)
+    input_shape = tuple(int(a) for a in input_shape)
+    nd, s, p, d, k, out = _geometry(input_shape, wq.shape, stride, padding, dilation, groups)
+    n, cin = input_shape[:2]
+    cout = wq.shape[0]
+    if tuple(gq.shape) != (n, cout, *out):
+        raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {(n, cout, *out)}")
+    a, b = cin // groups, cout // groups
+    # transposed weight: per group (b, a, *k) -> (a, b, *k); flipping is done by the tap order below
+    wt = wq.reshape(groups, b, a, *k).transpose(1, 2).reshape(cin, b, *k)
+    plans = [list(_phases(input_shape[2 + i], out[i], k[i], s[i], p[i], d[i])) for i in range(nd)]
+    u8_cache: dict = {}  # g as uint8, converted once for all phases (if oneDNN runs)
+    dx = None
+    if any(plan is None for dim in plans for _, _, plan in dim):
+        dx = _empty_cl(input_shape, torch.int32).zero_()  # some positions get no tap: they stay 0
+    for combo in itertools.product(*plans):
+        if any(plan is None for _, _, plan in combo):
+            continue
+        w_sub = wt
+        for i, (_, _, (taps, _, _, _)) in enumerate(combo):
+            if list(taps) != list(range(k[i])):
+                w_sub = w_sub.index_select(2 + i, torch.tensor(taps, dtype=torch.long))
+        dil = tuple(plan[1] for _, _, plan in combo)
+        pad = tuple(plan[2] for _, _, plan in combo)
+        y = _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache)
+        crop = tuple(slice(plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
+        if all(si == 1 for si in s) and tuple(y.shape[2:]) == input_shape[2:]:
+            return y  # stride 1: a single phase covering everything
+        if dx is None:
+            dx = _empty_cl(input_shape, torch.int32)
+        dst = tuple(slice(phi, None, s[i]) for i, (phi, _, _) in enumerate(combo))
+        dx[(slice(None), slice(None)) + dst] = y[(slice(None), slice(None)) + crop]
+    return dx
+
+
+def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
+    """dL/dw for dL/dy = g (torch.nn.grad.conv{N}d_weight), int32 of shape weight_shape."""
+    _check(xq, gq)
+    weight_shape = tuple(int(a) for a in weight_shape)
+    nd, s, p, d, k, out = _geometry(xq.shape, weight_shape, stride, padding, dilation, groups)
+    n, cin = xq.shape[:2]
+    cout = weight_shape[0]
+    if tuple(gq.shape) != (n, cout, *out):
+        raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {(n, cout, *out)}")
+    a, b = cin // groups, cout // groups
+    ntap = math.prod(k)
+    # groups per matmul: blk groups together give a (blk*a, blk*b) product whose diagonal blocks are
+    # the per-group results (the batched exact formulation for depthwise and other many-group convs)
+    blk = min(groups, max(1, 64 // max(a, b)))
+    # im2col over chunks of the batch, so that the columns stay cache-sized (and below the size at
+    # which every allocation is fresh mmap-ed memory); the int32 partial sums are added exactly
+    chunk = _batch_chunk(n, math.prod(out) * ntap * cin, _IM2COL_CHUNK_BYTES)
+    # matmul orientation (measured): (prod(k)*Cin, Cout) = cols^T g runs faster, but its transpose to
+    # (Cout, Cin, *k) costs more than the matmul saves once the weight outgrows N * positions
+    wide = cout * cin * ntap > n * math.prod(out)
+    dw = None
+    for n0 in range(0, n, chunk):
+        xc = _as_cl(xq[n0 : n0 + chunk])
+        cols = _im2col(_pad_zero(xc, p), k, s, d, out, True)  # (n*P, prod(k)*Cin), columns (k..., c)
+        gt = _as_cl(gq[n0 : n0 + chunk]).movedim(1, -1).reshape(-1, cout)  # (n*P, Cout), a view
+        if groups == 1 and wide:
+            part = _mm(gt.t(), cols)  # (Cout, prod(k)*Cin)
+        elif groups == 1:
+            part = _mm(cols.t(), gt)  # (prod(k)*Cin, Cout)
+        else:
+            part = torch.empty((ntap, groups, a, b), dtype=torch.int32)
+            for j in range(ntap):
+                for g0 in range(0, groups, blk):
+                    g1 = min(groups, g0 + blk)
+                    r = _mm(cols[:, j * cin + g0 * a : j * cin + g1 * a].t(), gt[:, g0 * b : g1 * b])
+                    # (B*a, B*b) -> (B, a, B, b) -> diagonal blocks (a, b, B)
+                    part[j, g0:g1] = r.view(g1 - g0, a, g1 - g0, b).diagonal(dim1=0, dim2=2).permute(2, 0, 1)
+        dw = part if dw is None else dw.add_(part)
+    if groups == 1 and wide:  # (Cout, prod(k), Cin) -> (Cout, Cin, *k)
+        return dw.view(cout, ntap, cin).transpose(1, 2).reshape(cout, cin, *k).contiguous()
+    # (prod(k), groups, a, b) -> (groups, b, a, prod(k)) -> (Cout, a, *k)
+    dw = dw.view(ntap, groups, a, b).permute(1, 3, 2, 0)
+    return dw.reshape(cout, a, *k).contiguous()
+
+
+def linear_forward(xq, wq) -> torch.Tensor:
+    """x (M, K) @ w (N, K)^T -> (M, N) int32."""
+    _check(xq, wq)
+    return _mm(xq, wq.t())
+
+
+def linear_input_grad(gq, wq) -> torch.Tensor:
+    """g (M, N) @ w (N, K) -> (M, K) int32."""
+    _check(gq, wq)
+    return _mm(gq, wq)
+
+
+def linear_weight_grad(xq, gq) -> torch.Tensor:
+    """g^T (N, M) @ x (M, K) -> (N, K) int32."""
+    _check(xq, gq)
+    return _mm(gq.t(), xq)

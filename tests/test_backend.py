@@ -1,0 +1,442 @@
+"""INT8 compute backends: kernels.cpu must equal kernels.reference bit for bit, and kernels.reference
+must equal torch's own float64 convolutions (exact for int8 operands) - an independent check.
+
+Every output is checked for dtype int32 and shape. The large-magnitude cases force the exact fallback
+of the fp32-output oneDNN path (and check that it was taken); others disable the fast paths to test
+the fallbacks on their own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn import grad as tgrad
+
+import kernels
+from kernels import cpu, reference
+
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+CONV_INPUT = {1: tgrad.conv1d_input, 2: tgrad.conv2d_input, 3: tgrad.conv3d_input}
+CONV_WEIGHT = {1: tgrad.conv1d_weight, 2: tgrad.conv2d_weight, 3: tgrad.conv3d_weight}
+SPATIAL = {1: (9,), 2: (7, 8), 3: (5, 4, 5)}  # odd and even sizes (output_padding ambiguity for s=2)
+CIN, COUT = 4, 8
+
+
+def rand_i8(shape, gen, lo=-127, hi=127) -> torch.Tensor:
+    return torch.randint(lo, hi + 1, tuple(shape), generator=gen, dtype=torch.int8)
+
+
+def assert_same(got: torch.Tensor, want: torch.Tensor, what: str = "") -> None:
+    assert got.dtype == torch.int32, f"{what}: dtype {got.dtype}"
+    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    assert torch.equal(got, want.to(torch.int32)), f"{what}: values differ in {(got != want).sum()} places"
+
+
+def out_shape(x_shape, w_shape, s, p, d):
+    return tuple(
+        (x_shape[2 + i] + 2 * p - d * (w_shape[2 + i] - 1) - 1) // s + 1 for i in range(len(x_shape) - 2)
+    )
+
+
+def conv_case(nd, k, s, p, d, groups, n, gen):
+    """Random int8 x, w, g for a conv; None if the configuration has an empty output."""
+    wcin = 1 if groups == "dw" else CIN // groups
+    x = rand_i8((n, CIN, *SPATIAL[nd]), gen)
+    w = rand_i8((COUT, wcin, *(k,) * nd), gen)
+    out = out_shape(x.shape, w.shape, s, p, d)
+    if min(out) < 1:
+        return None
+    g = rand_i8((n, COUT, *out), gen)
+    return x, w, g
+
+
+def both(nd, k, s, p, d, groups, x, w, g, backend):
+    grp = CIN if groups == "dw" else groups
+    return (
+        backend.conv_forward(x, w, s, p, d, grp),
+        backend.conv_input_grad(g, w, x.shape, s, p, d, grp),
+        backend.conv_weight_grad(x, g, w.shape, s, p, d, grp),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# dispatch
+
+
+def test_get_backend():
+    assert kernels.get_backend("cpu") is cpu
+    assert kernels.get_backend(torch.device("cpu")) is cpu
+    with pytest.raises(NotImplementedError, match="CUDA backend arrives with the kernels issue"):
+        kernels.get_backend("cuda")
+    with pytest.raises(NotImplementedError, match="CUDA backend"):
+        kernels.get_backend(torch.device("cuda", 0))
+    with pytest.raises(NotImplementedError):
+        kernels.get_backend("meta")
+    for name in reference.__all__:
+        assert callable(getattr(cpu, name)) and callable(getattr(reference, name))
+
+
+# ------------------------------------------------------------------------------------------------
+# the reference against torch float64 (exact: int8 products summed in float64 stay far below 2^53)
+
+REF_GRID = [
+    (nd, k, s, p, d, groups)
+    for nd in (1, 2, 3)
+    for k, s, p, d, groups in [
+        (3, 1, 1, 1, 1),
+        (3, 2, 1, 1, 2),
+        (3, 2, 1, 2, "dw"),
+        (1, 2, 0, 1, 1),
+        (1, 1, 1, 1, 2),
+        (5 if nd == 1 else 3, 3, 2, 1, 1),
+    ]
+]
+
+
+@pytest.mark.parametrize("nd,k,s,p,d,groups", REF_GRID)
+def test_reference_matches_torch_float64(nd, k, s, p, d, groups):
+    gen = torch.Generator().manual_seed(1000 + REF_GRID.index((nd, k, s, p, d, groups)))
+    case = conv_case(nd, k, s, p, d, groups, 2, gen)
+    assert case is not None
+    x, w, g = case
+    grp = CIN if groups == "dw" else groups
+    kw = dict(stride=s, padding=p, dilation=d, groups=grp)
+    y, dx, dw = both(nd, k, s, p, d, groups, x, w, g, reference)
+    assert_same(y, CONV[nd](x.double(), w.double(), **kw), "forward")
+    assert_same(dx, CONV_INPUT[nd](x.shape, w.double(), g.double(), **kw), "input grad")
+    assert_same(dw, CONV_WEIGHT[nd](x.double(), w.shape, g.double(), **kw), "weight grad")
+
+
+def test_reference_linear_matches_float64():
+    gen = torch.Generator().manual_seed(7)
+    x, w, g = rand_i8((5, 33), gen), rand_i8((6, 33), gen), rand_i8((5, 6), gen)
+    assert_same(reference.linear_forward(x, w), x.double() @ w.double().t())
+    assert_same(reference.linear_input_grad(g, w), g.double() @ w.double())
+    assert_same(reference.linear_weight_grad(x, g), g.double().t() @ x.double())
+
+
+def test_reference_refuses_int32_overflow():
+    k = 133_145  # just past the int32 contract: 127^2 * K > 2^31 - 1
+    x = torch.full((1, k), 127, dtype=torch.int8)
+    with pytest.raises(OverflowError):
+        reference.linear_forward(x, x)
+    with pytest.raises(TypeError):
+        reference.linear_forward(x.int(), x)
+
+
+# ------------------------------------------------------------------------------------------------
+# cpu == reference, bit for bit
+
+CPU_GRID = [
+    (nd, k, s, p, d, groups, n)
+    for nd in (1, 2, 3)
+    for k in ((1, 3, 5) if nd == 1 else (1, 3))
+    for s, p, d in itertools.product((1, 2), (0, 1), (1, 2))
+    for groups, n in ((1, 2), (2, 1), ("dw", 3))
+]
+
+
+@pytest.mark.parametrize(
+    "route,nd,k,s,p,d,groups,n",
+    [("onednn", *case) for case in CPU_GRID] + [("im2col", *case) for case in CPU_GRID if case[5] == 1],
+)
+def test_cpu_conv_matches_reference(monkeypatch, route, nd, k, s, p, d, groups, n):
+    """route: oneDNN wherever it applies, or im2col + _int_mm for every ungrouped convolution."""
+    monkeypatch.setattr(cpu, "_SMALL_OUT", 0 if route == "onednn" else 1 << 30)
+    gen = torch.Generator().manual_seed(CPU_GRID.index((nd, k, s, p, d, groups, n)))
+    case = conv_case(nd, k, s, p, d, groups, n, gen)
+    if case is None:
+        pytest.skip("empty output")
+    x, w, g = case
+    want = both(nd, k, s, p, d, groups, x, w, g, reference)
+    got = both(nd, k, s, p, d, groups, x, w, g, cpu)
+    for what, a, b in zip(("forward", "input grad", "weight grad"), got, want, strict=True):
+        assert_same(a, b, what)
+
+
+def layouts(t: torch.Tensor):
+    """The same values as contiguous, channels-last and non-contiguous (strided, transposed) tensors."""
+    yield "contiguous", t.contiguous()
+    yield "channels-last", t.movedim(1, -1).contiguous().movedim(-1, 1)
+    big = torch.zeros((t.shape[0], t.shape[1] * 2, *[a * 2 for a in t.shape[2:]]), dtype=t.dtype)
+    view = big[(slice(None), slice(None, None, 2)) + tuple(slice(1, None, 2) for _ in t.shape[2:])]
+    view.copy_(t)
+    yield "strided", view
+    yield "batch-transposed", t.transpose(0, 1).contiguous().transpose(0, 1)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, None])
+@pytest.mark.parametrize("nd,k,s,p,d,groups", [(2, 3, 2, 1, 1, 2), (1, 3, 1, 1, 2, 1), (3, 3, 1, 1, 1, "dw")])
+def test_cpu_conv_any_layout(monkeypatch, nd, k, s, p, d, groups, chunk):
+    """Contiguous, channels-last and strided operands; batch chunks of 1, 2 (+ 1) or 3 images."""
+    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
+    monkeypatch.setattr(cpu, "_CHUNK_IMAGES", chunk)
+    gen = torch.Generator().manual_seed(5)
+    x, w, g = conv_case(nd, k, s, p, d, groups, 3, gen)
+    want = both(nd, k, s, p, d, groups, x, w, g, reference)
+    w_strided = w.transpose(0, 1).contiguous().transpose(0, 1)  # same values, non-contiguous weight
+    for (lx, xl), (_, gl) in zip(layouts(x), layouts(g), strict=True):
+        got = both(nd, k, s, p, d, groups, xl, w_strided, gl, cpu)
+        for what, a, b in zip(("forward", "input grad", "weight grad"), got, want, strict=True):
+            assert_same(a, b, f"{what} ({lx})")
+
+
+@pytest.mark.parametrize("chunk", [1, 2, None])
+@pytest.mark.parametrize(
+    "nd,k,s,p,d,groups,n",
+    [
+        (2, 3, 1, 1, 1, 1, 3),
+        (2, 3, 2, 1, 2, 2, 3),
+        (2, 1, 1, 0, 1, 1, 3),
+        (2, 1, 2, 0, 1, 2, 4),
+        (1, 5, 2, 2, 1, "dw", 3),
+        (3, 3, 2, 1, 1, 1, 3),
+        (3, 1, 1, 0, 1, "dw", 2),
+    ],
+)
+def test_cpu_weight_grad_batch_chunks(monkeypatch, chunk, nd, k, s, p, d, groups, n):
+    """The weight grad sums int32 partials over batch chunks: one image, two, or all at once."""
+    monkeypatch.setattr(cpu, "_CHUNK_IMAGES", chunk)
+    gen = torch.Generator().manual_seed(11)
+    x, w, g = conv_case(nd, k, s, p, d, groups, n, gen)
+    grp = CIN if groups == "dw" else groups
+    want = reference.conv_weight_grad(x, g, w.shape, s, p, d, grp)
+    for lx, xl in layouts(x):
+        assert_same(cpu.conv_weight_grad(xl, g, w.shape, s, p, d, grp), want, f"chunk {chunk} ({lx})")
+
+
+def test_cpu_many_groups_and_wide_channels():
+    """Grouped conv with several channels per group (ResNeXt-like) and a depthwise multiplier."""
+    gen = torch.Generator().manual_seed(3)
+    for cin, cout, groups in ((64, 64, 16), (16, 48, 16), (24, 40, 8)):
+        x = rand_i8((2, cin, 6, 7), gen)
+        w = rand_i8((cout, cin // groups, 3, 3), gen)
+        g = rand_i8((2, cout, 3, 4), gen)
+        args = (2, 1, 1, groups)
+        assert_same(cpu.conv_forward(x, w, *args), reference.conv_forward(x, w, *args))
+        assert_same(
+            cpu.conv_input_grad(g, w, x.shape, *args), reference.conv_input_grad(g, w, x.shape, *args)
+        )
+        assert_same(
+            cpu.conv_weight_grad(x, g, w.shape, *args), reference.conv_weight_grad(x, g, w.shape, *args)
+        )
+
+
+@pytest.mark.parametrize("route", ["onednn", "im2col"])
+def test_cpu_degenerate_sizes(monkeypatch, route):
+    """Single channels, single images, 1x1 images: size-1 dimensions everywhere."""
+    monkeypatch.setattr(cpu, "_SMALL_OUT", 0 if route == "onednn" else 1 << 30)
+    gen = torch.Generator().manual_seed(9)
+    for cin, cout, n, hw, k, p in [
+        (1, 1, 1, 5, 3, 1),
+        (1, 3, 2, 5, 1, 0),
+        (3, 1, 2, 1, 1, 0),
+        (1, 1, 3, 1, 3, 1),
+    ]:
+        x, w = rand_i8((n, cin, hw, hw), gen), rand_i8((cout, cin, k, k), gen)
+        g = rand_i8((n, cout, hw, hw), gen)
+        args = (1, p, 1, 1)
+        assert_same(cpu.conv_forward(x, w, *args), reference.conv_forward(x, w, *args))
+        assert_same(
+            cpu.conv_input_grad(g, w, x.shape, *args), reference.conv_input_grad(g, w, x.shape, *args)
+        )
+        assert_same(
+            cpu.conv_weight_grad(x, g, w.shape, *args), reference.conv_weight_grad(x, g, w.shape, *args)
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# large magnitudes: the exact fallback behind the fp32-output oneDNN path
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+def test_fast_paths_active_on_vnni():
+    """On a VNNI/AMX machine the fast paths must pass their exactness probes (else they are skipped)."""
+    if not cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"}:
+        pytest.skip("no VNNI: the oneDNN/_int_mm paths may saturate and fall back")
+    assert cpu._onednn_exact() is True
+    assert cpu._int_mm_exact() is True
+
+
+@pytest.fixture
+def exact_calls(monkeypatch):
+    """Records calls of the exact fallback; oneDNN is made the route for every shape."""
+    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
+    calls = []
+    real = cpu._conv_exact
+
+    def spy(*args, **kwargs):
+        calls.append(args[1].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cpu, "_conv_exact", spy)
+    return calls
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_cpu_large_magnitude_forces_exact_fallback(monkeypatch, exact_calls, nd, chunked):
+    """+-127 operands with reductions of 1536 * 3^nd: |acc| up to 127^2 K >> 2^24 (inexact in fp32).
+
+    chunked: one image per oneDNN call, the second image small, so only the first chunk falls back.
+    """
+    if chunked:
+        monkeypatch.setattr(cpu, "_CHUNK_IMAGES", 1)
+    gen = torch.Generator().manual_seed(nd)
+    c, k = 1536, (3,) * nd
+    sp = {1: (6,), 2: (4, 3), 3: (3, 3, 2)}[nd]
+
+    def mostly_plus(shape):
+        return torch.where(torch.rand(shape, generator=gen) < 0.9, 127, -127).to(torch.int8)
+
+    x = mostly_plus((2, c, *sp))
+    if chunked:
+        x[1] = rand_i8(x[1].shape, gen, -2, 2)
+    w = torch.full((3, c, *k), 127, dtype=torch.int8)
+    w[1] = -127
+    w[2, ::2] = -127  # a channel with small sums: both sides of 2^24 in one output
+    want = reference.conv_forward(x, w, 1, 1, 1, 1)
+    assert want.abs().max() >= 2**24
+    assert_same(cpu.conv_forward(x, w, 1, 1, 1, 1), want, "forward")
+    assert len(exact_calls) == 1, "the forward fallback was not taken (once)"
+
+    exact_calls.clear()
+    g = mostly_plus((2, c, *sp))  # the input grad reduces over Cout * prod(k) = c * 3^nd
+    if chunked:
+        g[1] = rand_i8(g[1].shape, gen, -2, 2)
+    wt = torch.full((c, 3, *k), 127, dtype=torch.int8)
+    wt[:, 1] = -127
+    want = reference.conv_input_grad(g, wt, (2, 3, *sp), 1, 1, 1, 1)
+    assert want.abs().max() >= 2**24
+    assert_same(cpu.conv_input_grad(g, wt, (2, 3, *sp), 1, 1, 1, 1), want, "input grad")
+    assert len(exact_calls) == 1, "the input-grad fallback was not taken (once)"
+
+
+def test_cpu_large_bound_small_values_stays_fast(exact_calls):
+    """The a-priori bound exceeds 2^24 but the actual sums do not: the fast path must be used."""
+    gen = torch.Generator().manual_seed(2)
+    x = rand_i8((2, 1536, 5, 5), gen, -3, 3)
+    w = torch.full((4, 1536, 3, 3), 127, dtype=torch.int8)
+    w[:, 1::2] = -127
+    assert_same(cpu.conv_forward(x, w, 1, 1, 1, 1), reference.conv_forward(x, w, 1, 1, 1, 1))
+    assert not exact_calls
+
+
+def test_cpu_large_weight_grad_reduction():
+    """Weight grad sums over N * positions = 2 * 96 * 96 = 18432 terms of +-127^2 (no fp32 anywhere)."""
+    x = torch.full((2, 3, 96, 96), 127, dtype=torch.int8)
+    x[:, 1] = -127
+    g = torch.full((2, 4, 96, 96), 127, dtype=torch.int8)
+    for args in ((1, 1, 1, 1), (1, 0, 1, 1)):
+        w_shape = (4, 3, 3, 3) if args[1] else (4, 3, 1, 1)
+        want = reference.conv_weight_grad(x, g, w_shape, *args)
+        assert want.abs().max() >= 2**24
+        assert_same(cpu.conv_weight_grad(x, g, w_shape, *args), want, f"weight grad {args}")
+
+
+@pytest.mark.parametrize("disable", ["_onednn_exact", "_int_mm_exact", "both"])
+def test_cpu_fallbacks_alone(monkeypatch, disable):
+    """With the fast paths declared inexact (as on a CPU without VNNI) the results stay exact."""
+    for name in ("_onednn_exact", "_int_mm_exact"):
+        if disable in (name, "both"):
+            monkeypatch.setattr(cpu, name, lambda: False)
+    gen = torch.Generator().manual_seed(4)
+    for nd, k, s, p, d, groups, n in [(2, 3, 2, 1, 1, 2, 2), (1, 3, 1, 1, 2, "dw", 2), (3, 1, 2, 0, 1, 1, 1)]:
+        x, w, g = conv_case(nd, k, s, p, d, groups, n, gen)
+        want = both(nd, k, s, p, d, groups, x, w, g, reference)
+        got = both(nd, k, s, p, d, groups, x, w, g, cpu)
+        for what, a, b in zip(("forward", "input grad", "weight grad"), got, want, strict=True):
+            assert_same(a, b, f"{what} {nd}d")
+    x, w = rand_i8((3, 17), gen), rand_i8((5, 17), gen)
+    assert_same(cpu.linear_forward(x, w), reference.linear_forward(x, w))
+    # odd sums above 2^24 (not representable in fp32) through every fallback
+    x, w = torch.full((2, 4099), 127, dtype=torch.int8), torch.full((3, 4099), 127, dtype=torch.int8)
+    assert_same(cpu.linear_forward(x, w), reference.linear_forward(x, w), "large linear")
+    x, w = (
+        torch.full((1, 513, 3, 3), 127, dtype=torch.int8),
+        torch.full((2, 513, 3, 3), 127, dtype=torch.int8),
+    )
+    want = reference.conv_forward(x, w, 1, 1, 1, 1)
+    assert want.abs().max() > 2**24 and int(want.abs().max()) % 2 == 1
+    assert_same(cpu.conv_forward(x, w, 1, 1, 1, 1), want, "large conv")
+
+
+# ------------------------------------------------------------------------------------------------
+# linear
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 1), (5, 1, 3), (2, 3, 1), (64, 48, 40), (33, 130, 17)])
+def test_cpu_linear_matches_reference(m, k, n):
+    """Includes size-1 dimensions (CPU torch._int_mm misreads their ambiguous strides if not copied)."""
+    gen = torch.Generator().manual_seed(m * 10_000 + k * 100 + n)
+    x, w, g = rand_i8((m, k), gen), rand_i8((n, k), gen), rand_i8((m, n), gen)
+
+    def strided(t):
+        return torch.zeros((t.shape[0] * 2, t.shape[1] * 3), dtype=torch.int8)[::2, ::3].copy_(t)
+
+    variants = {
+        "contiguous": (x, w, g),
+        "transposed": tuple(t.t().contiguous().t() for t in (x, w, g)),
+        "strided": tuple(strided(t) for t in (x, w, g)),
+    }
+    want = (
+        reference.linear_forward(x, w),
+        reference.linear_input_grad(g, w),
+        reference.linear_weight_grad(x, g),
+    )
+    for name, (xv, wv, gv) in variants.items():
+        got = (cpu.linear_forward(xv, wv), cpu.linear_input_grad(gv, wv), cpu.linear_weight_grad(xv, gv))
+        for what, a, b in zip(("forward", "input grad", "weight grad"), got, want, strict=True):
+            assert_same(a, b, f"{what} ({name})")
+    assert want[0].shape == (m, n) and want[1].shape == (m, k) and want[2].shape == (n, k)
+
+
+def test_cpu_linear_at_the_int32_limit():
+    """K = 133,143 (the largest reduction the int32 contract guarantees) with all +-127."""
+    k = 133_143
+    assert k * 127**2 < 2**31 <= (k + 2) * 127**2
+    x = torch.full((3, k), 127, dtype=torch.int8)
+    x[1] = -127
+    w = torch.full((2, k), 127, dtype=torch.int8)
+    y = cpu.linear_forward(x, w)
+    assert_same(y, reference.linear_forward(x, w))
+    assert int(y[0, 0]) == k * 127**2
+    assert_same(
+        cpu.linear_weight_grad(x.t().contiguous(), w.t().contiguous()),
+        reference.linear_weight_grad(x.t().contiguous(), w.t().contiguous()),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# argument checking
+
+
+def test_cpu_rejects_bad_arguments():
+    x = torch.zeros((1, 4, 5, 5), dtype=torch.int8)
+    w = torch.zeros((8, 4, 3, 3), dtype=torch.int8)
+    for backend in (cpu, reference):
+        with pytest.raises(TypeError):
+            backend.conv_forward(x.float(), w)
+        with pytest.raises(ValueError):
+            backend.conv_forward(x, w, groups=3)
+        with pytest.raises(ValueError):
+            backend.conv_input_grad(torch.zeros((1, 8, 4, 4), dtype=torch.int8), w, x.shape)
+        with pytest.raises(ValueError):
+            backend.conv_weight_grad(x, torch.zeros((1, 8, 4, 4), dtype=torch.int8), w.shape)
+        # stride/padding/dilation as tuples of the spatial rank are accepted
+        y = backend.conv_forward(x, w, (1, 2), (1, 0), (1, 1), 1)
+        assert y.dtype == torch.int32 and tuple(y.shape) == (1, 8, 5, 2)
+        assert math.prod(y.shape) == y.numel()
