@@ -1,0 +1,129 @@
+"""Side-by-side timing of the INT8 CPU backend against fp32 torch (one process, one run).
+
+    python -m kernels.bench [--reps 7] [--channels-last] [--resnet18]
+
+For each layer: forward, input gradient and weight gradient, the int8 op alone (kernels.cpu on int8
+operands, int32 out) next to fp32 (F.conv2d / torch.nn.grad / matmul) on the same shapes;
+milliseconds, best of --reps runs after a warm-up (robust to other load). --resnet18 adds the conv
+shapes of a CIFAR ResNet-18 step (batch 64, 32x32) and their totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn import grad as tgrad
+
+from kernels import cpu
+
+
+def _time_all(rows, reps: int):
+    """Best-of-reps milliseconds of every callable, the reps taken round-robin over all of them, so
+    that a burst of other load on the machine cannot spoil all samples of one op."""
+    fns = [fn for _, fns in rows for fn in fns]
+    for fn in fns:  # warm-up: oneDNN primitive creation, prepack caches, allocator
+        fn()
+        fn()
+    best = [float("inf")] * len(fns)
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    it = iter(best)
+    return [(name, [next(it) * 1e3 for _ in fns]) for name, fns in rows]
+
+
+def _q(shape, cl: bool) -> torch.Tensor:
+    t = torch.randint(-127, 128, shape, dtype=torch.int8)
+    return t.contiguous(memory_format=torch.channels_last) if cl and len(shape) == 4 else t
+
+
+def _f(shape, cl: bool) -> torch.Tensor:
+    t = torch.randn(shape)
+    return t.contiguous(memory_format=torch.channels_last) if cl and len(shape) == 4 else t
+
+
+def conv_row(name, n, cin, cout, hw, k, stride, pad, groups, cl):
+    x, w = _f((n, cin, hw, hw), cl), torch.randn(cout, cin // groups, k, k)
+    y = F.conv2d(x, w, stride=stride, padding=pad, groups=groups)
+    g = _f(tuple(y.shape), cl)
+    xq, wq, gq = _q(x.shape, cl), _q(w.shape, False), _q(y.shape, cl)
+    args = (stride, pad, 1, groups)
+    kw = dict(stride=stride, padding=pad, groups=groups)
+    return name, [
+        lambda: cpu.conv_forward(xq, wq, *args),
+        lambda: F.conv2d(x, w, **kw),
+        lambda: cpu.conv_input_grad(gq, wq, x.shape, *args),
+        lambda: tgrad.conv2d_input(x.shape, w, g, **kw),
+        lambda: cpu.conv_weight_grad(xq, gq, w.shape, *args),
+        lambda: tgrad.conv2d_weight(x, w.shape, g, **kw),
+    ]
+
+
+def linear_row(name, m, k, n):
+    x, w, g = torch.randn(m, k), torch.randn(n, k), torch.randn(m, n)
+    xq, wq, gq = _q((m, k), False), _q((n, k), False), _q((m, n), False)
+    return name, [
+        lambda: cpu.linear_forward(xq, wq),
+        lambda: x @ w.t(),
+        lambda: cpu.linear_input_grad(gq, wq),
+        lambda: g @ w,
+        lambda: cpu.linear_weight_grad(xq, gq),
+        lambda: g.t() @ x,
+    ]
+
+
+# (cin, cout, hw, k, stride, pad, how many in a CIFAR ResNet-18)
+RESNET18_CIFAR = [
+    (3, 64, 32, 3, 1, 1, 1),
+    (64, 64, 32, 3, 1, 1, 4),
+    (64, 128, 32, 3, 2, 1, 1),
+    (128, 128, 16, 3, 1, 1, 3),
+    (64, 128, 32, 1, 2, 0, 1),
+    (128, 256, 16, 3, 2, 1, 1),
+    (256, 256, 8, 3, 1, 1, 3),
+    (128, 256, 16, 1, 2, 0, 1),
+    (256, 512, 8, 3, 2, 1, 1),
+    (512, 512, 4, 3, 1, 1, 3),
+    (256, 512, 8, 1, 2, 0, 1),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--channels-last", action="store_true", help="activations/gradients channels-last")
+    ap.add_argument("--resnet18", action="store_true", help="add a CIFAR ResNet-18 (batch 64) step")
+    args = ap.parse_args()
+    cl = args.channels_last
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{'channels-last' if cl else 'contiguous'} activations; ms, best of {args.reps}"
+    )
+    rows = [
+        conv_row("conv3x3 N32 C64 56x56", 32, 64, 64, 56, 3, 1, 1, 1, cl),
+        conv_row("conv1x1 N32 256->64 28x28", 32, 256, 64, 28, 1, 1, 0, 1, cl),
+        linear_row("linear 256x512 -> 1000", 256, 512, 1000),
+    ]
+    counts = []
+    if args.resnet18:
+        for cin, cout, hw, k, s, p, count in RESNET18_CIFAR:
+            name = f"r18 {cin}->{cout} {hw}x{hw} k{k}s{s} x{count}"
+            rows.append(conv_row(name, 64, cin, cout, hw, k, s, p, 1, cl))
+            counts.append(count)
+    rows = _time_all(rows, args.reps)
+    if counts:
+        total = [sum(c * t[i] for c, (_, t) in zip(counts, rows[3:], strict=True)) for i in range(6)]
+        rows.append(("r18 convs total (weighted)", total))
+    head = ("layer", "fwd i8", "fwd f32", "dx i8", "dx f32", "dw i8", "dw f32")
+    print(f"{head[0]:34s}" + "".join(f"{h:>9s}" for h in head[1:]))
+    for name, t in rows:
+        print(f"{name:34s}" + "".join(f"{v:9.2f}" for v in t))
+
+
+if __name__ == "__main__":
+    main()
