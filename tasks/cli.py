@@ -1,0 +1,96 @@
+"""The `repro train` subcommand: one training run of a task, printed as one line (or JSON).
+
+    repro train --task classification --model resnet18 --method daiq --profile embedded [--seed N]
+                [--data-root PATH] [--paper-dataset imagenet|cifar10] [--cfg-options k=v ...]
+                [--method-options k=v ...] [--work-dir D] [--launcher none|pytorch] [--json]
+
+Wired into repro/cli.py with `add_train_parser(subparsers)`. Unknown task / model / method / profile
+names are one-line errors listing the choices (exit 2, like argparse's own errors). A diverged run is a
+result ("diverged"), exit 0. Under torchrun (`--launcher pytorch`) only rank 0 prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from mmengine.config import DictAction
+
+from tasks import TASKS, get_task
+
+
+def add_train_arguments(parser: argparse.ArgumentParser, task_choice: bool = True) -> None:
+    if task_choice:
+        parser.add_argument("--task", default="classification", help=f"one of: {', '.join(TASKS)}")
+    parser.add_argument("--model", required=True, help="e.g. resnet18 (an unknown name lists them all)")
+    parser.add_argument("--method", required=True, help="e.g. fp32, ui8, daiq (see `repro methods`)")
+    parser.add_argument("--profile", default="embedded", help="smoke, embedded (default) or paper")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--paper-dataset",
+        default="imagenet",
+        help="the paper's dataset: imagenet or cifar10 (embedded/smoke use its embedded stand-in)",
+    )
+    parser.add_argument(
+        "--data-root", default=None, help="paper: the dataset root; embedded/smoke: the data cache"
+    )
+    parser.add_argument("--work-dir", default=None, help="keep logs here (default: a removed temp dir)")
+    parser.add_argument(
+        "--method-options", nargs="+", action=DictAction, default=None, help="method options, k=v ..."
+    )
+    parser.add_argument(
+        "--cfg-options",
+        nargs="+",
+        action=DictAction,
+        default=None,
+        help="override Runner config keys, k=v with dotted keys, as mmengine's --cfg-options",
+    )
+    parser.add_argument(
+        "--launcher",
+        choices=["none", "pytorch"],
+        default="none",
+        help="pytorch: run under torchrun (MMEngine launcher='pytorch')",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
+
+
+def add_train_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `train` subcommand to the `repro` command's subparsers."""
+    parser = subparsers.add_parser("train", help="train one model with one method (one table cell)")
+    add_train_arguments(parser)
+    parser.set_defaults(func=cmd_train)
+    return parser
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def cmd_train(args) -> int:
+    from tasks.datasets import DatasetNotFoundError
+
+    task = get_task(args.task)
+    cfg_options = dict(args.cfg_options or {})
+    if args.launcher != "none":
+        cfg_options["launcher"] = args.launcher
+    try:
+        result = task.run(
+            args.model,
+            args.method,
+            profile=args.profile,
+            seed=args.seed,
+            method_options=dict(args.method_options or {}),
+            paper_dataset=args.paper_dataset,
+            data_root=args.data_root,
+            work_dir=args.work_dir,
+            cfg_options=cfg_options or None,
+        )
+    except DatasetNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if _rank() == 0:
+        print(json.dumps(result.to_dict()) if args.json else task.summary(result), flush=True)
+    return 0

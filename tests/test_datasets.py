@@ -1,0 +1,115 @@
+"""The embedded datasets: written once, atomically, in real on-disk formats that torchvision reads back."""
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from torchvision.datasets import CIFAR10, ImageFolder
+
+from tasks import datasets as D
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory):
+    """One data cache for the whole session (shared with test_classification by path)."""
+    return tmp_path_factory.getbasetemp() / "repro-data-cache"
+
+
+def test_cache_dir_order(monkeypatch, tmp_path):
+    monkeypatch.delenv(D.CACHE_ENV, raising=False)
+    assert D.cache_dir() == D.DEFAULT_CACHE.expanduser()
+    monkeypatch.setenv(D.CACHE_ENV, str(tmp_path / "env"))
+    assert D.cache_dir() == tmp_path / "env"
+    assert D.cache_dir(tmp_path / "arg") == tmp_path / "arg"
+
+
+def test_digits_is_an_imagefolder_of_real_digits_written_once(cache):
+    root = D.ensure_digits(cache)
+    manifest = (root / D.MANIFEST).stat().st_mtime_ns
+    train, val = ImageFolder(str(root / "train")), ImageFolder(str(root / "val"))
+    assert (len(train), len(val)) == (1437, 360)
+    assert train.classes == [str(d) for d in range(10)]
+    image, label = val[0]
+    assert image.size == (8, 8) and label == 0
+    # the pixels are scikit-learn's digits, scaled 0..16 -> 0..255
+    from sklearn.datasets import load_digits
+
+    index = int(os.path.basename(val.samples[0][0]).split(".")[0])
+    expected = np.round(load_digits().images[index] * 255 / 16)
+    assert np.array_equal(np.asarray(image.convert("L"), dtype=np.float64), expected)
+    # stratified: every class in both splits, within a few images of balance
+    for ds in (train, val):
+        counts = np.bincount(ds.targets, minlength=10)
+        assert counts.min() > 0 and counts.max() - counts.min() <= 0.05 * len(ds)
+    assert D.ensure_digits(cache) == root
+    assert (root / D.MANIFEST).stat().st_mtime_ns == manifest  # not rewritten
+    assert not [p for p in root.parent.iterdir() if ".tmp-" in p.name]
+
+
+def test_shapes10_is_cifar10_format_read_by_torchvision(cache):
+    root = D.ensure_shapes10(cache)
+    folder = root / D.CIFAR_FOLDER
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*D.CIFAR_TRAIN, D.CIFAR_TEST, D.CIFAR_META])
+    with open(folder / "data_batch_1", "rb") as f:
+        batch = pickle.load(f, encoding="latin1")
+    assert batch["data"].dtype == np.uint8 and batch["data"].shape == (1000, 3072)
+    train, test = D.cifar10(root, train=True), D.cifar10(root, train=False)
+    assert isinstance(train, CIFAR10)  # torchvision's reader, with the checksums of our files
+    assert (len(train), len(test)) == (5000, 1000)
+    assert train.classes == list(D.SHAPES10_CLASSES)
+    assert train.data.shape == (5000, 32, 32, 3)
+    # exactly class-balanced
+    assert np.bincount(train.targets).tolist() == [500] * 10
+    assert np.bincount(test.targets).tolist() == [100] * 10
+    # the checksums are checked: CIFAR-10's own reject these files, a corrupted file is refused
+    with pytest.raises(RuntimeError, match="corrupted"):
+        CIFAR10(str(root), train=False, download=False)
+
+
+def test_shapes10_is_deterministic_and_seeded(tmp_path):
+    a, la = D.make_shapes10(30, seed=3)
+    b, lb = D.make_shapes10(30, seed=3)
+    c, _ = D.make_shapes10(30, seed=4)
+    assert np.array_equal(a, b) and la == lb
+    assert not np.array_equal(a, c)
+    assert np.bincount(la).tolist() == [3] * 10
+    # the written files are byte-identical across two writes
+    m1 = D._write_shapes10(tmp_path / "one", per_batch=20, test=20)["md5"]
+    m2 = D._write_shapes10(tmp_path / "two", per_batch=20, test=20)["md5"]
+    assert m1 == m2
+
+
+def test_shapes10_images_vary_and_are_not_trivial():
+    images, labels = D.make_shapes10(200, seed=0)
+    x = torch.tensor(images, dtype=torch.float32)
+    # noisy, coloured, not constant per class: the per-class mean image explains little of the variance
+    per_class = torch.stack([x[torch.tensor(labels) == c].mean(0) for c in range(10)])
+    residual = (x - per_class[torch.tensor(labels)]).var()
+    assert residual > 0.8 * x.var()
+
+
+def test_a_killed_write_leaves_nothing_and_a_half_folder_is_rebuilt(tmp_path):
+    def killed(out):
+        (out / "train").mkdir()
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        D._write_atomically(tmp_path / "digits-v1", killed)
+    assert list(tmp_path.iterdir()) == []
+    # a folder without a manifest (not made by us, or by an older interrupted version) is rebuilt
+    (tmp_path / f"digits-v{D.VERSIONS['digits']}" / "train").mkdir(parents=True)
+    root = D.ensure_digits(tmp_path)
+    assert (root / D.MANIFEST).is_file() and len(ImageFolder(str(root / "val"))) == 360
+
+
+def test_missing_roots_are_one_clear_line(tmp_path):
+    with pytest.raises(D.DatasetNotFoundError) as err:
+        D.cifar10(tmp_path / "nowhere", train=True)
+    msg = str(err.value)
+    assert "\n" not in msg and "cifar-10-batches-py/data_batch_1..5, test_batch" in msg
+    with pytest.raises(D.DatasetNotFoundError) as err:
+        D.image_folder(tmp_path, "train")
+    msg = str(err.value)
+    assert "\n" not in msg and "/train/<class>/" in msg and "/val/<class>/" in msg
