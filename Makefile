@@ -34,3 +34,23 @@ format:
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
+
+# Paper tables: `make table4` (DAIQ's numbering: table1 ... table4), `make ui8-table3` ... `make ui8-table7`,
+# `make wageubn-table1`, `make wageubn-table2`; `make tables` for all. Each writes results/<name>.md and .csv
+# and reuses every cell cached under results/cache. PROFILE=smoke|embedded|paper; SEEDS defaults per
+# profile (smoke 1, embedded 2, paper 1); DATA_ROOT for the paper profile; RESULTS for the output directory.
+PROFILE   ?= embedded
+SEEDS     ?=
+DATA_ROOT ?=
+RESULTS   ?= results
+TABLES    := table1 table2 table3 table4 ui8-table3 ui8-table4 ui8-table5 ui8-table6 ui8-table7 \
+             wageubn-table1 wageubn-table2
+TABLE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
+             $(if $(DATA_ROOT),--data-root $(DATA_ROOT))
+
+.PHONY: tables $(TABLES)
+
+tables: $(TABLES)
+
+$(TABLES):
+	$(BIN)/python -m repro.cli table $@ $(TABLE_ARGS)

@@ -1,4 +1,4 @@
-"""The `repro` command. Subcommands: methods, step-time (train and table arrive with their issues)."""
+"""The `repro` command: methods, step-time, train (tasks.cli) and table (tables.cli)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,11 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--rounds", type=int, default=5)
     p.set_defaults(func=cmd_step_time)
+    from tables.cli import add_table_parser
+    from tasks.cli import add_train_parser
+
+    add_train_parser(sub)
+    add_table_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -1,0 +1,175 @@
+"""Cells: the unit of work and of caching.
+
+A cell is one training run: (task, model, method, method options, seed, profile, paper dataset, data
+root), plus the task's recipe version when it exposes one. FP32 baselines are cells too, shared by
+every row of the same model and dataset. Each finished cell is one JSON file named by a hash of its
+full configuration, written atomically (temporary file + os.replace), so a killed run loses nothing
+and a rerun recomputes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from repro.methods import METHODS
+from tables.spec import Row
+
+SCHEMA = 1
+
+
+def normalize_options(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a run will use: the method's defaults overlaid with the row's, sorted by name.
+
+    Integers given for float defaults become floats (k=1 and k=1.0 are the same cell). For a method
+    not in the registry the options are kept as given.
+    """
+    cls = METHODS.get(method)
+    if cls is None:
+        return {k: options[k] for k in sorted(options)}
+    merged = dict(cls.defaults)
+    for name, value in options.items():
+        default = merged.get(name)
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        merged[name] = value
+    return {k: merged[k] for k in sorted(merged)}
+
+
+def row_blocker(row: Row) -> str | None:
+    """Why this row cannot run today (the `not implemented` reason), or None if it can."""
+    if row.not_implemented:
+        return row.not_implemented
+    cls = METHODS.get(row.method)
+    if cls is None:
+        return f"method {row.method!r} is not in the registry yet"
+    unknown = sorted(set(row.options) - set(cls.defaults))
+    if unknown:
+        return f"method {row.method!r} has no option {', '.join(unknown)}"
+    return None
+
+
+@dataclass(frozen=True)
+class Cell:
+    task: str
+    model: str
+    method: str
+    options_json: str  # the normalized options, canonical JSON (keeps the dataclass hashable)
+    seed: int
+    profile: str
+    paper_dataset: str
+    data_root: str | None
+    recipe_version: str | None
+
+    @classmethod
+    def make(
+        cls,
+        *,
+        task: str,
+        model: str,
+        method: str,
+        options: Mapping[str, Any],
+        seed: int,
+        profile: str,
+        paper_dataset: str,
+        data_root: str | os.PathLike | None,
+        recipe_version: str | None,
+    ) -> Cell:
+        root = str(Path(data_root).expanduser().resolve()) if data_root else None
+        opts = json.dumps(normalize_options(method, options), sort_keys=True)
+        recipe = None if recipe_version is None else str(recipe_version)
+        return cls(task, model, method, opts, int(seed), profile, paper_dataset, root, recipe)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return json.loads(self.options_json)
+
+    def config(self) -> dict[str, Any]:
+        """The full configuration, as stored in the cache file and hashed into its name."""
+        cfg = asdict(self)
+        cfg["method_options"] = json.loads(cfg.pop("options_json"))
+        return cfg
+
+    @property
+    def key(self) -> str:
+        canonical = json.dumps(self.config(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+    def describe(self) -> str:
+        """Short, for the progress bar: only the options that differ from the method's defaults."""
+        defaults = METHODS[self.method].defaults if self.method in METHODS else {}
+        opts = ",".join(f"{k}={v}" for k, v in self.options.items() if defaults.get(k, object()) != v)
+        return f"{self.model}/{self.method}" + (f"[{opts}]" if opts else "") + f" seed {self.seed}"
+
+
+class Cache:
+    """One JSON file per finished cell under `root`."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    def path(self, cell: Cell) -> Path:
+        return self.root / f"{cell.key}.json"
+
+    def load(self, cell: Cell) -> dict[str, Any] | None:
+        """The cached entry ({"cell", "result", ...}) or None. An unreadable file counts as missing."""
+        path = self.path(cell)
+        try:
+            entry = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return None
+        if entry.get("schema") != SCHEMA or entry.get("cell") != cell.config():
+            return None
+        return entry
+
+    def store(self, cell: Cell, result: Mapping[str, Any], elapsed_s: float) -> Path:
+        entry = {
+            "schema": SCHEMA,
+            "key": cell.key,
+            "cell": cell.config(),
+            "result": dict(result),
+            "elapsed_s": round(float(elapsed_s), 3),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        text = json.dumps(_finite(entry), indent=1, sort_keys=True, default=_jsonable, allow_nan=False)
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self.path(cell)
+        fd, tmp = tempfile.mkstemp(prefix=f".{cell.key}.", suffix=".tmp", dir=self.root)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return final
+
+
+def _finite(value: Any) -> Any:
+    """Strict JSON: NaN and infinities (a diverged run's loss) become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    """Fallback for values json cannot write (numpy/torch scalars, paths)."""
+    if hasattr(value, "item"):
+        return _finite(value.item())
+    return str(value)

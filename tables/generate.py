@@ -1,0 +1,270 @@
+"""The table generator: plan the cells of a spec, run the ones not cached, render the table.
+
+`generate("table4", profile="embedded")` trains every cell the cache lacks (one FP32 baseline per
+model, dataset and seed, shared by all rows of that model; one INT8 cell per row and seed), caches
+each as soon as it finishes, and writes results/<name>.md, results/<name>.csv and a sidecar
+results/<name>.meta.json. The cell runner defaults to the spec's task (`tasks.get_task(spec.task).run`)
+and can be injected (tests use a fake). A cell whose run raises is reported as an error, not cached,
+and the rest still runs; KeyboardInterrupt propagates after the finished cells are safely cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from repro.quant import NonFiniteError
+from tables.cells import Cache, Cell, row_blocker
+from tables.spec import Row, Spec
+from tables.specs import get_spec
+
+PROFILES = ("smoke", "embedded", "paper")
+DEFAULT_SEEDS = {"smoke": 1, "embedded": 2, "paper": 1}
+
+Runner = Callable[..., Any]
+
+
+@dataclass
+class RowPlan:
+    row: Row
+    blocker: str | None
+    # per seed: (seed, FP32 baseline cell, INT8 cell); empty when blocked
+    cells: list[tuple[int, Cell, Cell]] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    spec: Spec
+    profile: str
+    seeds: list[int]
+    data_root: str | None
+    recipe_version: str | None
+    rows: list[RowPlan]
+
+    @property
+    def cells(self) -> list[Cell]:
+        """Every distinct cell, seed by seed (a run stopped after seed 0 still fills the table)."""
+        seen: dict[str, Cell] = {}
+        for seed in self.seeds:
+            for rp in self.rows:
+                for s, fp32, int8 in rp.cells:
+                    if s == seed:
+                        seen.setdefault(fp32.key, fp32)
+                        seen.setdefault(int8.key, int8)
+        return list(seen.values())
+
+
+@dataclass
+class Outcome:
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    cached: bool = False
+
+
+@dataclass
+class Generated:
+    spec: Spec
+    plan: Plan
+    outcomes: dict[str, Outcome]
+    frame: Any  # pandas.DataFrame, one row per paper row
+    markdown: str
+    meta: dict[str, Any]
+    paths: dict[str, Path]
+    ran: int
+    cached: int
+    errors: int
+
+
+def resolve_seeds(profile: str, seeds: int | None) -> list[int]:
+    n = DEFAULT_SEEDS[profile] if seeds is None else int(seeds)
+    if n < 1:
+        raise ValueError(f"--seeds must be at least 1, got {n}")
+    return list(range(n))
+
+
+def make_plan(
+    spec: Spec,
+    profile: str,
+    seeds: list[int],
+    data_root: str | os.PathLike | None,
+    recipe_version: str | None,
+) -> Plan:
+    rows = []
+    for row in spec.rows:
+        rp = RowPlan(row, row_blocker(row))
+        if rp.blocker is None:
+            common = dict(
+                task=spec.task,
+                model=row.model,
+                profile=profile,
+                paper_dataset=row.paper_dataset,
+                data_root=data_root,
+                recipe_version=recipe_version,
+            )
+            for seed in seeds:
+                fp32 = Cell.make(method="fp32", options={}, seed=seed, **common)
+                int8 = Cell.make(method=row.method, options=row.options, seed=seed, **common)
+                rp.cells.append((seed, fp32, int8))
+        rows.append(rp)
+    root = str(Path(data_root).expanduser().resolve()) if data_root else None
+    return Plan(spec, profile, seeds, root, recipe_version, rows)
+
+
+def load_task_runner(task_name: str) -> tuple[Runner, str | None]:
+    """The real task's `run` and its RECIPE_VERSION (None if it exposes none)."""
+    try:
+        import tasks
+
+        module = tasks.get_task(task_name)
+    except Exception as err:  # noqa: BLE001 - any import failure means the task is not available
+        raise RuntimeError(f"task {task_name!r} is not available: {type(err).__name__}: {err}") from err
+    recipe = getattr(module, "RECIPE_VERSION", None)
+    return module.run, (None if recipe is None else str(recipe))
+
+
+def result_dict(result: Any) -> dict[str, Any]:
+    if hasattr(result, "to_dict"):
+        return dict(result.to_dict())
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return dataclasses.asdict(result)
+    if isinstance(result, Mapping):
+        return dict(result)
+    raise TypeError(f"the runner returned {type(result).__name__}, not a RunResult or a mapping")
+
+
+def one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    msg = f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+    return msg if len(msg) <= 200 else msg[:197] + "..."
+
+
+def run_cells(
+    plan: Plan,
+    cache: Cache,
+    runner: Runner | None,
+    work_root: Path,
+    progress: bool = True,
+) -> dict[str, Outcome]:
+    """Run every cell the cache lacks; return the outcome of every cell of the plan."""
+    metric = plan.spec.metric
+    cells = plan.cells
+    outcomes: dict[str, Outcome] = {}
+    todo = []
+    for cell in cells:
+        entry = cache.load(cell)
+        if entry is not None:
+            outcomes[cell.key] = Outcome(result=entry["result"], cached=True)
+        else:
+            todo.append(cell)
+    if not todo:
+        return outcomes
+    if runner is None:
+        raise ValueError(f"{len(todo)} cells of {plan.spec.name} need a runner")
+    bar = tqdm(
+        total=len(cells),
+        initial=len(cells) - len(todo),
+        desc=plan.spec.name,
+        unit="cell",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+    try:
+        for cell in todo:
+            bar.set_postfix_str(cell.describe(), refresh=True)
+            work_dir = work_root / cell.key
+            start = time.perf_counter()
+            try:
+                raw = runner(
+                    model=cell.model,
+                    method=cell.method,
+                    profile=cell.profile,
+                    seed=cell.seed,
+                    method_options=cell.options,
+                    paper_dataset=cell.paper_dataset,
+                    data_root=cell.data_root,
+                    work_dir=str(work_dir),
+                )
+                result = result_dict(raw)
+                if not result.get("diverged") and result.get(metric) is None:
+                    raise ValueError(f"the run finished without a {metric!r} and did not diverge")
+            except NonFiniteError as err:
+                # A divergence that escaped the task: a result like any other, cached.
+                result = {"diverged": True, metric: None, "note": f"runner raised {one_line(err)}"}
+            except Exception as err:  # noqa: BLE001 - reported per cell; the table goes on
+                outcomes[cell.key] = Outcome(error=one_line(err))
+                work_dir.mkdir(parents=True, exist_ok=True)
+                (work_dir / "error.txt").write_text(traceback.format_exc())
+                bar.write(f"{plan.spec.name}: {cell.describe()} failed: {one_line(err)} (see {work_dir})")
+                bar.update(1)
+                continue
+            cache.store(cell, result, time.perf_counter() - start)
+            shutil.rmtree(work_dir, ignore_errors=True)
+            outcomes[cell.key] = Outcome(result=result)
+            bar.update(1)
+    finally:
+        bar.close()
+    return outcomes
+
+
+def generate(
+    spec: Spec | str,
+    *,
+    profile: str = "embedded",
+    seeds: int | None = None,
+    data_root: str | os.PathLike | None = None,
+    results_dir: str | os.PathLike = "results",
+    cache_dir: str | os.PathLike | None = None,
+    runner: Runner | None = None,
+    recipe_version: str | None = None,
+    progress: bool = True,
+    command: str | None = None,
+) -> Generated:
+    """Run the missing cells of one table and write results/<name>.md, .csv and .meta.json.
+
+    With `runner=None` the spec's task runs the cells and its RECIPE_VERSION joins the cache key; an
+    injected runner uses `recipe_version` as given.
+    """
+    from tables import render
+
+    if isinstance(spec, str):
+        spec = get_spec(spec)
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
+    seed_list = resolve_seeds(profile, seeds)
+    results_dir = Path(results_dir)
+    cache = Cache(Path(cache_dir) if cache_dir else results_dir / "cache")
+
+    runnable = any(row_blocker(r) is None for r in spec.rows)
+    if runner is None and runnable:
+        runner, recipe_version = load_task_runner(spec.task)
+    plan = make_plan(spec, profile, seed_list, data_root, recipe_version)
+    outcomes = run_cells(plan, cache, runner, results_dir / "work", progress=progress)
+
+    frame, meta = render.summarize(plan, outcomes)
+    meta["command"] = command or f"repro table {spec.name} --profile {profile} --seeds {len(seed_list)}"
+    markdown = render.markdown(frame, meta)
+    paths = render.write(results_dir, spec.name, frame, markdown, meta)
+    ran = sum(1 for o in outcomes.values() if not o.cached)
+    return Generated(
+        spec=spec,
+        plan=plan,
+        outcomes=outcomes,
+        frame=frame,
+        markdown=markdown,
+        meta=meta,
+        paths=paths,
+        ran=ran,
+        cached=sum(1 for o in outcomes.values() if o.cached),
+        errors=sum(1 for o in outcomes.values() if o.error),
+    )

@@ -1,0 +1,414 @@
+"""From cell outcomes to the table: per-row means over seeds, the Markdown, the CSV and its sidecar.
+
+One output row per paper row. fp32 and int8 are means over the seeds that finished with a number;
+delta is int8 - fp32 of those means, and its spread (Markdown only) is the standard deviation of the
+per-seed differences. A row is `ok`, `diverged (k of n seeds)`, `error: ...`, `pending` (cells not
+run yet) or `not implemented: <reason>`; not-implemented rows carry the paper's numbers only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tables.spec import PAPER_DATASETS, Row
+
+CSV_COLUMNS = [
+    "model",
+    "method",
+    "label",
+    "options",
+    "bits",
+    "paper_dataset",
+    "paper_fp32",
+    "paper_int8",
+    "paper_delta",
+    "paper_delta_source",
+    "paper_diverged",
+    "paper_extra",
+    "fp32",
+    "fp32_std",
+    "int8",
+    "int8_std",
+    "delta",
+    "delta_std",
+    "fp32_ms_per_iter",
+    "int8_ms_per_iter",
+    "status",
+    "simulated",
+    "n_fp32",
+    "n_int8",
+    "profile",
+    "dataset",
+    "epochs",
+    "seeds",
+    "source",
+    "notes",
+]
+
+GENERIC_NOTES = (
+    "FP32 and INT8 are means over seeds (± standard deviation when more than one seed finished); "
+    "Δ = INT8 − FP32 of the means, ± the spread of the per-seed differences.",
+    "Paper Δ marked † is computed from the paper's FP32 and INT8; the paper prints no Δ there.",
+    "One FP32 baseline run per model, dataset and seed serves every row of that model.",
+)
+
+
+# How the headers describe the classification task's embedded stand-ins (tasks/datasets.py).
+STAND_INS = {
+    "digits": "scikit-learn's handwritten digits",
+    "shapes10": "generated 32x32 shapes in CIFAR-10's format",
+}
+
+
+def describe_dataset(dataset: str, paper_dataset: str, profile: str) -> str:
+    """E.g. "digits (scikit-learn's handwritten digits, smoke stand-in for ImageNet (ILSVRC2012))"."""
+    paper = PAPER_DATASETS.get(paper_dataset, paper_dataset)
+    if dataset.lower() in (paper_dataset.lower(), paper.lower()):
+        return dataset
+    what = STAND_INS.get(dataset)
+    return f"{dataset} ({what + ', ' if what else ''}{profile} stand-in for {paper})"
+
+
+def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    mean = statistics.fmean(values)
+    return mean, (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def _metric(result: dict[str, Any] | None, metric: str) -> float | None:
+    if not result or result.get("diverged"):
+        return None
+    value = result.get(metric)
+    if value is None or not math.isfinite(float(value)):
+        return None
+    return float(value)
+
+
+def _reported_text(row: Row) -> str | None:
+    if not row.also_reported:
+        return None
+    parts = []
+    for rep in row.also_reported:
+        text = f"{rep.source}: {rep.numbers()}"
+        parts.append(text + (f" ({rep.note})" if rep.note else ""))
+    mine = "/".join(
+        f"{k} {v:.2f}" for k, v in (("FP32", row.paper_fp32), ("INT8", row.paper_int8)) if v is not None
+    )
+    return f"{row.source} prints {mine or 'no number'}; also printed as: " + "; ".join(parts) + "."
+
+
+def row_footnotes(row: Row) -> list[str]:
+    """The footnotes one row carries: its notes, where it is printed differently, a wrong printed Δ."""
+    notes = list(row.notes)
+    reported = _reported_text(row)
+    if reported:
+        notes.append(reported)
+    if row.printed_delta_disagrees:
+        notes.append(
+            f"{row.source} prints Δ {row.paper_delta:+.2f}, but INT8 − FP32 of its numbers is "
+            f"{row.paper_delta_computed:+.2f} (kept as printed)."
+        )
+    return notes
+
+
+def summarize(plan, outcomes: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
+    spec = plan.spec
+    metric = spec.metric
+    footnotes: OrderedDict[str, int] = OrderedDict()
+    records = []
+    datasets_used: list[str] = []
+    epochs_used: set = set()
+    iters_used: set = set()
+    for rp in plan.rows:
+        row = rp.row
+        texts = row_footnotes(row)
+        marks = [footnotes.setdefault(text, len(footnotes) + 1) for text in texts]
+        rec: dict[str, Any] = {
+            "model": row.model,
+            "method": row.method,
+            "label": row.label,
+            "options": row.options_text(),
+            "bits": row.bits or "",
+            "paper_dataset": row.paper_dataset,
+            "paper_fp32": row.paper_fp32,
+            "paper_int8": row.paper_int8,
+            "paper_delta": row.paper_delta if row.paper_delta is not None else row.paper_delta_computed,
+            "paper_delta_source": (
+                "printed"
+                if row.paper_delta is not None
+                else ("computed" if row.paper_delta_computed is not None else "")
+            ),
+            "paper_diverged": row.paper_diverged,
+            "paper_extra": json.dumps(dict(row.paper_extra)) if row.paper_extra else "",
+            "profile": plan.profile,
+            "seeds": len(plan.seeds),
+            "source": str(row.source),
+            "notes": " ".join(f"[{m}] {t}" for m, t in zip(marks, texts, strict=True)),
+            "_marks": marks,
+        }
+        for col in ("fp32", "fp32_std", "int8", "int8_std", "delta", "delta_std"):
+            rec[col] = None
+        rec.update(fp32_ms_per_iter=None, int8_ms_per_iter=None, simulated=False, n_fp32=0, n_int8=0)
+        rec.update(dataset="", epochs="")
+        if rp.blocker is not None:
+            rec["status"] = f"not implemented: {rp.blocker}"
+            records.append(rec)
+            continue
+
+        measured, seen = _measure(rp, outcomes, metric)
+        rec.update(measured)
+        datasets_used += [describe_dataset(d, row.paper_dataset, plan.profile) for d in seen["datasets"]]
+        epochs_used |= seen["epochs"]
+        iters_used |= seen["iters"]
+        records.append(rec)
+
+    frame = pd.DataFrame.from_records(records)
+    marks = frame.pop("_marks").tolist()
+    frame = frame[CSV_COLUMNS]
+    meta = _meta(plan, outcomes, datasets_used, epochs_used, iters_used, list(footnotes))
+    meta["row_marks"] = marks
+    if not (frame["paper_delta_source"] == "computed").any():
+        meta["notes"] = [n for n in meta["notes"] if not n.startswith("Paper Δ marked †")]
+    return frame, meta
+
+
+def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One runnable row's measured columns and status from its cells' outcomes; and what data it saw."""
+    fp32_vals, int8_vals, diffs, fp32_ms, int8_ms = [], [], [], [], []
+    errors, pending = [], 0
+    diverged = {"fp32": 0, "int8": 0}
+    simulated = False
+    seen = {"datasets": [], "epochs": set(), "iters": set()}
+    for _seed, fp32_cell, int8_cell in rp.cells:
+        per_seed = {}
+        for which, cell in (("fp32", fp32_cell), ("int8", int8_cell)):
+            out = outcomes.get(cell.key)
+            if out is None:
+                pending += 1
+                continue
+            if out.error:
+                errors.append(("FP32 baseline: " if which == "fp32" else "") + out.error)
+                continue
+            res = out.result
+            diverged[which] += bool(res.get("diverged"))
+            simulated |= bool(res.get("simulated")) and which == "int8"
+            if res.get("dataset"):
+                seen["datasets"].append(str(res["dataset"]))
+            if res.get("epochs") is not None:
+                seen["epochs"].add(res["epochs"])
+            if res.get("iters") is not None:
+                seen["iters"].add(res["iters"])
+            if res.get("ms_per_iter") is not None:
+                (fp32_ms if which == "fp32" else int8_ms).append(float(res["ms_per_iter"]))
+            per_seed[which] = _metric(res, metric)
+        if per_seed.get("fp32") is not None:
+            fp32_vals.append(per_seed["fp32"])
+        if per_seed.get("int8") is not None:
+            int8_vals.append(per_seed["int8"])
+        if per_seed.get("fp32") is not None and per_seed.get("int8") is not None:
+            diffs.append(per_seed["int8"] - per_seed["fp32"])
+
+    m: dict[str, Any] = {}
+    m["fp32"], m["fp32_std"] = _mean_std(fp32_vals)
+    m["int8"], m["int8_std"] = _mean_std(int8_vals)
+    if m["fp32"] is not None and m["int8"] is not None:
+        m["delta"] = m["int8"] - m["fp32"]
+        m["delta_std"] = statistics.stdev(diffs) if len(diffs) > 1 else None
+    m["fp32_ms_per_iter"] = statistics.fmean(fp32_ms) if fp32_ms else None
+    m["int8_ms_per_iter"] = statistics.fmean(int8_ms) if int8_ms else None
+    m["simulated"] = simulated
+    m["n_fp32"], m["n_int8"] = len(fp32_vals), len(int8_vals)
+    m["dataset"] = "; ".join(dict.fromkeys(seen["datasets"]))
+    m["epochs"] = ", ".join(str(e) for e in sorted(seen["epochs"]))
+
+    n = len(rp.cells)
+    status = []
+    if errors:
+        status.append(f"error: {errors[0]}")
+    if diverged["int8"]:
+        status.append(f"diverged ({diverged['int8']} of {n} seeds)")
+    if diverged["fp32"]:
+        status.append(f"FP32 baseline diverged ({diverged['fp32']} of {n} seeds)")
+    if pending:
+        status.append("pending")
+    m["status"] = "; ".join(status or ["ok"]) + (" (simulated)" if simulated else "")
+    return m, seen
+
+
+def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> dict[str, Any]:
+    spec = plan.spec
+    paper_data = " and ".join(PAPER_DATASETS[d] for d in spec.paper_datasets)
+    used = "; ".join(dict.fromkeys(datasets_used)) or "none (no cell has run)"
+    epochs, iters = _span(epochs_used), _span(iters_used)
+    seeds = f"{len(plan.seeds)} ({', '.join(str(s) for s in plan.seeds)})"
+    measured_here = plan.profile in ("smoke", "embedded")
+    if measured_here:
+        disclaimer = (
+            f"Numbers measured at the {plan.profile} profile are NOT reproductions of the paper's "
+            f"{paper_data} numbers: they come from small stand-in data and a short schedule, and test "
+            f"the harness. Only the 'Paper' columns are the paper's."
+        )
+    else:
+        disclaimer = (
+            f"Measured at the paper profile (the paper's protocol on data from "
+            f"{plan.data_root or 'the default data root'}); the 'Paper' columns are the paper's numbers."
+        )
+    header = [
+        f"# {spec.paper} {spec.table}: {spec.title}, regenerated",
+        f"Paper: {spec.citation}, {spec.table}. Task: {spec.task}; metric: {spec.metric_label}.",
+        f"Profile: {plan.profile}. Data used: {used}; the paper used {paper_data}. Epochs: {epochs} "
+        f"(iterations: {iters}). Seeds: {seeds}.",
+        disclaimer,
+    ]
+    n_cells = len(plan.cells)
+    return {
+        "name": spec.name,
+        "paper": spec.paper,
+        "citation": spec.citation,
+        "table": spec.table,
+        "title": spec.title,
+        "task": spec.task,
+        "metric": spec.metric,
+        "profile": plan.profile,
+        "paper_datasets": spec.paper_datasets,
+        "dataset_used": used,
+        "epochs": epochs,
+        "iterations": iters,
+        "seeds": len(plan.seeds),
+        "seed_list": plan.seeds,
+        "data_root": plan.data_root,
+        "recipe_version": plan.recipe_version,
+        "not_a_reproduction": measured_here,
+        "disclaimer": disclaimer,
+        "header": header,
+        "footnotes": footnotes,
+        "notes": list(spec.notes) + list(GENERIC_NOTES),
+        "cells": {
+            "total": n_cells,
+            "cached": sum(1 for o in outcomes.values() if o.cached),
+            "ran": sum(1 for o in outcomes.values() if not o.cached),
+            "errors": sum(1 for o in outcomes.values() if o.error),
+        },
+        "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def _span(values: set) -> str:
+    if not values:
+        return "-"
+    lo, hi = min(values), max(values)
+    return str(lo) if lo == hi else f"{lo}-{hi} (per model: see the CSV)"
+
+
+def _num(value, std=None, digits=2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    text = f"{value:.{digits}f}"
+    if std is not None and not (isinstance(std, float) and math.isnan(std)):
+        text += f" ± {std:.{digits}f}"
+    return text
+
+
+def _signed(value, std=None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    text = f"{value:+.2f}"
+    if std is not None and not (isinstance(std, float) and math.isnan(std)):
+        text += f" ± {std:.2f}"
+    return text
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _nan_to_none(value):
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
+    header = meta["header"]
+    lines = [header[0], ""] + [f"{line}  " for line in header[1:-1]] + ["", f"**{header[-1]}**", ""]
+    show_opts = any(frame["options"])
+    show_bits = any(frame["bits"])
+    cols = ["Model", "Method"] + (["Options"] if show_opts else []) + (["Bits"] if show_bits else [])
+    cols += ["Paper FP32", "Paper INT8", "Paper Δ", "FP32", "INT8", "Δ", "FP32 ms/iter", "INT8 ms/iter"]
+    cols += ["Status"]
+    lines.append("| " + " | ".join(cols) + " |")
+    lines.append(
+        "|"
+        + "|".join("---" if c in ("Model", "Method", "Options", "Bits", "Status") else "---:" for c in cols)
+        + "|"
+    )
+    for i, rec in enumerate(frame.to_dict("records")):
+        rec = {k: _nan_to_none(v) for k, v in rec.items()}
+        marks = "".join(f" [{m}]" for m in meta["row_marks"][i])
+        paper_delta = _signed(rec["paper_delta"])
+        if paper_delta and rec["paper_delta_source"] == "computed":
+            paper_delta += " †"
+        paper_int8 = "NaN (crashed)" if rec["paper_diverged"] else _num(rec["paper_int8"])
+        cells = [rec["model"], rec["label"] + marks]
+        cells += [rec["options"]] if show_opts else []
+        cells += [rec["bits"]] if show_bits else []
+        cells += [
+            _num(rec["paper_fp32"]),
+            paper_int8,
+            paper_delta,
+            _num(rec["fp32"], rec["fp32_std"]),
+            _num(rec["int8"], rec["int8_std"]),
+            _signed(rec["delta"], rec["delta_std"]),
+            _num(rec["fp32_ms_per_iter"], digits=1),
+            _num(rec["int8_ms_per_iter"], digits=1),
+            rec["status"],
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if meta["footnotes"]:
+        lines += ["", "Footnotes:", ""]
+        lines += [f"[{i}] {text}  " for i, text in enumerate(meta["footnotes"], 1)]
+    lines += ["", "Notes:", ""] + [f"- {text}" for text in meta["notes"]]
+    cells = meta["cells"]
+    lines += [
+        "",
+        f"Generated {meta['generated_at']} by `{meta.get('command', '')}`: {cells['total']} cells, "
+        f"{cells['cached']} from the cache, {cells['ran']} run now, {cells['errors']} failed.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write(
+    results_dir: Path, name: str, frame: pd.DataFrame, md: str, meta: dict[str, Any]
+) -> dict[str, Path]:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "md": results_dir / f"{name}.md",
+        "csv": results_dir / f"{name}.csv",
+        "meta": results_dir / f"{name}.meta.json",
+    }
+    _atomic_write(paths["md"], md)
+    _atomic_write(paths["csv"], frame.to_csv(index=False))
+    sidecar = {k: v for k, v in meta.items() if k != "row_marks"}
+    sidecar["csv_columns"] = list(frame.columns)
+    _atomic_write(paths["meta"], json.dumps(sidecar, indent=1, default=str) + "\n")
+    return paths

@@ -1,0 +1,44 @@
+"""The table specs, one module per paper table, by make-target name (DAIQ's numbering is bare)."""
+
+from __future__ import annotations
+
+from tables.spec import Spec
+from tables.specs import (
+    daiq_table1,
+    daiq_table2,
+    daiq_table3,
+    daiq_table4,
+    ui8_table3,
+    ui8_table4,
+    ui8_table5,
+    ui8_table6,
+    ui8_table7,
+    wageubn_table1,
+    wageubn_table2,
+)
+
+_MODULES = (
+    daiq_table1,
+    daiq_table2,
+    daiq_table3,
+    daiq_table4,
+    ui8_table3,
+    ui8_table4,
+    ui8_table5,
+    ui8_table6,
+    ui8_table7,
+    wageubn_table1,
+    wageubn_table2,
+)
+
+SPECS: dict[str, Spec] = {m.SPEC.name: m.SPEC for m in _MODULES}
+
+
+def list_tables() -> list[str]:
+    return list(SPECS)
+
+
+def get_spec(name: str) -> Spec:
+    if name not in SPECS:
+        raise KeyError(f"unknown table {name!r}; choose from {', '.join(SPECS)}")
+    return SPECS[name]
