@@ -49,6 +49,8 @@ from collections.abc import Sequence
 
 import torch
 
+from kernels.geometry import conv_geometry
+
 __all__ = [
     "conv_forward",
     "conv_input_grad",
@@ -74,43 +76,12 @@ _SMALL_OUT = 64
 # helpers
 
 
-def _tuple(v: int | Sequence[int], nd: int, name: str) -> tuple[int, ...]:
-    if isinstance(v, int):
-        return (v,) * nd
-    v = tuple(int(a) for a in v)
-    if len(v) == 1:
-        return v * nd
-    if len(v) != nd:
-        raise ValueError(f"{name} must be an int or a sequence of {nd} ints, got {v}")
-    return v
-
-
 def _check(*tensors: torch.Tensor) -> None:
     for t in tensors:
         if t.dtype != torch.int8:
             raise TypeError(f"expected an int8 tensor, got {t.dtype}")
         if t.device.type != "cpu":
             raise ValueError(f"kernels.cpu got a tensor on {t.device}")
-
-
-def _geometry(x_shape, w_shape, stride, padding, dilation, groups):
-    nd = len(x_shape) - 2
-    if nd not in (1, 2, 3) or len(w_shape) != nd + 2:
-        raise ValueError(
-            f"need x (N, C, *spatial) with 1..3 spatial dims and a matching weight, got "
-            f"{tuple(x_shape)} and {tuple(w_shape)}"
-        )
-    s = _tuple(stride, nd, "stride")
-    p = _tuple(padding, nd, "padding")
-    d = _tuple(dilation, nd, "dilation")
-    cin, cout = x_shape[1], w_shape[0]
-    if groups < 1 or cin % groups or cout % groups or w_shape[1] != cin // groups:
-        raise ValueError(f"channels do not match groups={groups}: x {tuple(x_shape)}, w {tuple(w_shape)}")
-    k = tuple(int(a) for a in w_shape[2:])
-    out = tuple((x_shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(nd))
-    if min(out) < 1:
-        raise ValueError(f"empty output for input {tuple(x_shape)}, kernel {k}")
-    return nd, s, p, d, k, out
 
 
 def _empty_cl(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
@@ -347,7 +318,7 @@ def _conv_int(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, u8_cache
 def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
     """y = conv(x, w) exactly (torch.nn.functional.conv{1,2,3}d semantics), int32 (N, Cout, *out)."""
     _check(xq, wq)
-    nd, s, p, d, k, out = _geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
+    nd, s, p, d, k, out = conv_geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
     return _conv_int(xq, wq, s, p, d, groups)
 
 
@@ -377,7 +348,7 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
     """dL/dx for dL/dy = g (torch.nn.grad.conv{N}d_input), int32 of shape input_shape."""
     _check(gq, wq)
     input_shape = tuple(int(a) for a in input_shape)
-    nd, s, p, d, k, out = _geometry(input_shape, wq.shape, stride, padding, dilation, groups)
+    nd, s, p, d, k, out = conv_geometry(input_shape, wq.shape, stride, padding, dilation, groups)
     n, cin = input_shape[:2]
     cout = wq.shape[0]
     if tuple(gq.shape) != (n, cout, *out):
@@ -414,7 +385,7 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
     """dL/dw for dL/dy = g (torch.nn.grad.conv{N}d_weight), int32 of shape weight_shape."""
     _check(xq, gq)
     weight_shape = tuple(int(a) for a in weight_shape)
-    nd, s, p, d, k, out = _geometry(xq.shape, weight_shape, stride, padding, dilation, groups)
+    nd, s, p, d, k, out = conv_geometry(xq.shape, weight_shape, stride, padding, dilation, groups)
     n, cin = xq.shape[:2]
     cout = weight_shape[0]
     if tuple(gq.shape) != (n, cout, *out):

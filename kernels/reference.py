@@ -22,10 +22,11 @@ Clear code over speed; meant for tests and small shapes.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+
+from kernels.geometry import conv_geometry
 
 __all__ = [
     "conv_forward",
@@ -39,17 +40,6 @@ __all__ = [
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
 
-def _tuple(v: int | Sequence[int], nd: int, name: str) -> tuple[int, ...]:
-    if isinstance(v, int):
-        return (v,) * nd
-    v = tuple(int(a) for a in v)
-    if len(v) == 1:
-        return v * nd
-    if len(v) != nd:
-        raise ValueError(f"{name} must be an int or a sequence of {nd} ints, got {v}")
-    return v
-
-
 def _check_int8(*tensors: torch.Tensor) -> None:
     for t in tensors:
         if t.dtype != torch.int8:
@@ -60,26 +50,6 @@ def _to_int32(t: torch.Tensor) -> torch.Tensor:
     if t.numel() and (int(t.min()) < _I32_MIN or int(t.max()) > _I32_MAX):
         raise OverflowError("exact result does not fit in int32 (reduction too long for the int32 contract)")
     return t.to(torch.int32)
-
-
-def _params(x_shape, w_shape, stride, padding, dilation, groups):
-    nd = len(x_shape) - 2
-    if nd not in (1, 2, 3) or len(w_shape) != nd + 2:
-        raise ValueError(
-            f"need x (N, C, *spatial) with 1..3 spatial dims and a matching weight, got "
-            f"{tuple(x_shape)} and {tuple(w_shape)}"
-        )
-    s = _tuple(stride, nd, "stride")
-    p = _tuple(padding, nd, "padding")
-    d = _tuple(dilation, nd, "dilation")
-    cin, cout = x_shape[1], w_shape[0]
-    if groups < 1 or cin % groups or cout % groups or w_shape[1] != cin // groups:
-        raise ValueError(f"channels do not match groups={groups}: x {tuple(x_shape)}, w {tuple(w_shape)}")
-    k = tuple(w_shape[2:])
-    out = tuple((x_shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(nd))
-    if min(out) < 1:
-        raise ValueError(f"empty output for input {tuple(x_shape)}, kernel {k}")
-    return nd, s, p, d, k, out
 
 
 def _im2col(x: torch.Tensor, k, s, p, d) -> torch.Tensor:
@@ -100,7 +70,7 @@ def _im2col(x: torch.Tensor, k, s, p, d) -> torch.Tensor:
 def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
     """y = conv(x, w) exactly (torch.nn.functional.conv{1,2,3}d semantics), int32 (N, Cout, *out)."""
     _check_int8(xq, wq)
-    nd, s, p, d, k, out = _params(xq.shape, wq.shape, stride, padding, dilation, groups)
+    nd, s, p, d, k, out = conv_geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
     n, cin = xq.shape[:2]
     cout = wq.shape[0]
     g = groups
@@ -122,7 +92,7 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
     """
     _check_int8(gq, wq)
     input_shape = tuple(int(a) for a in input_shape)
-    nd, s, p, d, k, out = _params(input_shape, wq.shape, stride, padding, dilation, groups)
+    nd, s, p, d, k, out = conv_geometry(input_shape, wq.shape, stride, padding, dilation, groups)
     n, cin = input_shape[:2]
     cout = wq.shape[0]
     g = groups
@@ -153,7 +123,7 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
     """dL/dw for dL/dy = g (torch.nn.grad.conv{N}d_weight), int32 of shape weight_shape."""
     _check_int8(xq, gq)
     weight_shape = tuple(int(a) for a in weight_shape)
-    nd, s, p, d, k, out = _params(xq.shape, weight_shape, stride, padding, dilation, groups)
+    nd, s, p, d, k, out = conv_geometry(xq.shape, weight_shape, stride, padding, dilation, groups)
     n, cin = xq.shape[:2]
     cout = weight_shape[0]
     g = groups
