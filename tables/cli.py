@@ -31,6 +31,11 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--data-root", default=None, help="where the paper profile finds its datasets")
     p.add_argument("--results-dir", default="results", help="output and cache directory (default results)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="training logs on the terminal (default: results/logs/<cell>.log)",
+    )
     p.set_defaults(func=cmd_table)
     return p
 
@@ -61,6 +66,7 @@ def cmd_table(args) -> int:
             results_dir=args.results_dir,
             progress=not args.no_progress,
             command=command,
+            verbose=args.verbose,
         )
     except KeyboardInterrupt:
         print(

@@ -6,10 +6,14 @@ each as soon as it finishes, and writes results/<name>.md, results/<name>.csv an
 results/<name>.meta.json. The cell runner defaults to the spec's task (`tasks.get_task(spec.task).run`)
 and can be injected (tests use a fake). A cell whose run raises is reported as an error, not cached,
 and the rest still runs; KeyboardInterrupt propagates after the finished cells are safely cached.
+Each cell's training log (what the task prints to stdout, e.g. mmengine's logger) goes to
+results/logs/<cell key>.log rather than the terminal, so the progress bar stays readable; `verbose`
+keeps it on the terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -154,6 +158,7 @@ def run_cells(
     runner: Runner | None,
     work_root: Path,
     progress: bool = True,
+    log_root: Path | None = None,
 ) -> dict[str, Outcome]:
     """Run every cell the cache lacks; return the outcome of every cell of the plan."""
     metric = plan.spec.metric
@@ -184,17 +189,19 @@ def run_cells(
             bar.set_postfix_str(cell.describe(), refresh=True)
             work_dir = work_root / cell.key
             start = time.perf_counter()
+            log = _cell_log(log_root, cell)
             try:
-                raw = runner(
-                    model=cell.model,
-                    method=cell.method,
-                    profile=cell.profile,
-                    seed=cell.seed,
-                    method_options=cell.options,
-                    paper_dataset=cell.paper_dataset,
-                    data_root=cell.data_root,
-                    work_dir=str(work_dir),
-                )
+                with log as stream, contextlib.redirect_stdout(stream or sys.stdout):
+                    raw = runner(
+                        model=cell.model,
+                        method=cell.method,
+                        profile=cell.profile,
+                        seed=cell.seed,
+                        method_options=cell.options,
+                        paper_dataset=cell.paper_dataset,
+                        data_root=cell.data_root,
+                        work_dir=str(work_dir),
+                    )
                 result = result_dict(raw)
                 if not result.get("diverged") and result.get(metric) is None:
                     raise ValueError(f"the run finished without a {metric!r} and did not diverge")
@@ -205,7 +212,8 @@ def run_cells(
                 outcomes[cell.key] = Outcome(error=one_line(err))
                 work_dir.mkdir(parents=True, exist_ok=True)
                 (work_dir / "error.txt").write_text(traceback.format_exc())
-                bar.write(f"{plan.spec.name}: {cell.describe()} failed: {one_line(err)} (see {work_dir})")
+                where = work_dir if log_root is None else f"{work_dir} and {log_root / cell.key}.log"
+                bar.write(f"{plan.spec.name}: {cell.describe()} failed: {one_line(err)} (see {where})")
                 bar.update(1)
                 continue
             cache.store(cell, result, time.perf_counter() - start)
@@ -215,6 +223,14 @@ def run_cells(
     finally:
         bar.close()
     return outcomes
+
+
+def _cell_log(log_root: Path | None, cell: Cell) -> contextlib.AbstractContextManager:
+    """The file a cell's stdout goes to (a fresh one per attempt), or a no-op when logging to the terminal."""
+    if log_root is None:
+        return contextlib.nullcontext(None)
+    log_root.mkdir(parents=True, exist_ok=True)
+    return open(log_root / f"{cell.key}.log", "w", buffering=1)
 
 
 def generate(
@@ -229,6 +245,7 @@ def generate(
     recipe_version: str | None = None,
     progress: bool = True,
     command: str | None = None,
+    verbose: bool = False,
 ) -> Generated:
     """Run the missing cells of one table and write results/<name>.md, .csv and .meta.json.
 
@@ -249,7 +266,8 @@ def generate(
     if runner is None and runnable:
         runner, recipe_version = load_task_runner(spec.task)
     plan = make_plan(spec, profile, seed_list, data_root, recipe_version)
-    outcomes = run_cells(plan, cache, runner, results_dir / "work", progress=progress)
+    log_root = None if verbose else results_dir / "logs"
+    outcomes = run_cells(plan, cache, runner, results_dir / "work", progress=progress, log_root=log_root)
 
     frame, meta = render.summarize(plan, outcomes)
     meta["command"] = command or f"repro table {spec.name} --profile {profile} --seeds {len(seed_list)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -472,7 +473,10 @@ def test_divergence_is_a_result_with_a_status(tmp_path):
 
 
 def test_tables_without_runnable_rows_render_without_a_task(tmp_path):
-    out = generate("wageubn-table2", profile="embedded", results_dir=tmp_path, progress=False)
+    spec = SPECS["wageubn-table2"]
+    unregistered = tuple(dataclasses.replace(r, method="not-registered") for r in spec.rows)
+    spec = dataclasses.replace(spec, rows=unregistered)
+    out = generate(spec, profile="embedded", results_dir=tmp_path, progress=False)
     assert out.ran == 0 and out.frame["status"].str.startswith("not implemented").all()
     assert out.frame["paper_int8"].notna().all() and out.frame["int8"].isna().all()
 
@@ -486,11 +490,25 @@ def test_cli_rejects_unknown_table_and_profile(capsys):
     assert len(err.splitlines()) == 1 and "smoke, embedded, paper" in err
 
 
-def test_cli_writes_the_table(tmp_path, capsys):
-    rc = repro_main(["table", "wageubn-table1", "--results-dir", str(tmp_path), "--no-progress"])
-    assert rc == 0
-    assert capsys.readouterr().out.startswith("# WAGEUBN Table I")
-    assert (tmp_path / "wageubn-table1.csv").exists() and (tmp_path / "wageubn-table1.md").exists()
+def test_cli_writes_the_table_and_sends_training_logs_to_files(tmp_path, monkeypatch, capsys):
+    import tables.generate
+
+    class ChattyRunner(FakeRunner):
+        def __call__(self, **kw):
+            print("epoch 1 of a very chatty training log")
+            return super().__call__(**kw)
+
+    monkeypatch.setattr(tables.generate, "load_task_runner", lambda task: (ChattyRunner(), "fake"))
+    args = ["table", "table2", "--profile", "smoke", "--results-dir", str(tmp_path), "--no-progress"]
+    assert repro_main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# DAIQ Table 2") and "chatty" not in out
+    logs = list((tmp_path / "logs").glob("*.log"))
+    assert len(logs) == 5 and all("chatty" in p.read_text() for p in logs)
+    verbose = ["table", "table2", "--profile", "smoke", "--results-dir", str(tmp_path / "v"), "--verbose"]
+    assert repro_main([*verbose, "--no-progress"]) == 0
+    assert "chatty" in capsys.readouterr().out and not (tmp_path / "v" / "logs").exists()
+    assert (tmp_path / "table2.csv").exists() and (tmp_path / "table2.md").exists()
 
 
 def test_progress_bar_shows_cells_and_the_current_one(tmp_path, capsys):
