@@ -6,7 +6,10 @@ The hook swaps the model's layers in `before_run`, which mmengine calls after it
 optimizer, the schedulers and any DDP wrapper and before it loads or resumes a checkpoint; the swap
 keeps parameters and state_dict keys, so all of those stay valid. Method state (DAIQ's s_c, UI8's c and
 d_c) is written into every checkpoint under "int8" and restored on resume. UI8's per-layer learning-rate
-scaling is attached to the optimizer here and acts at every optimizer step.
+scaling is attached to the optimizer here and acts at every optimizer step. A method that brings its own
+optimizer (Method.make_optimizer: WAGEUBN's quantized Momentum) gets it installed into the optim wrapper
+here too, over the same param groups, so schedulers keep driving its learning rate and resume loads its
+state; Method.set_progress is told the iteration before each one (WAGEUBN's d_r schedule).
 """
 
 from __future__ import annotations
@@ -55,7 +58,14 @@ class Int8TrainingHook(Hook):
                 wrappers = list(wrapper.optim_wrappers.values())
             else:
                 wrappers = [wrapper] if isinstance(wrapper, OptimWrapper) else []
+            for w in wrappers:  # a method's own optimizer (WAGEUBN's quantized Momentum), before resume
+                replacement = self.method.make_optimizer(model, w.optimizer)
+                if replacement is not None:
+                    w.optimizer = replacement
             self._scalings = [LayerLrScaling(model, w.optimizer) for w in wrappers]
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        self.method.set_progress(runner.iter, runner.max_iters)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         factors = layer_lr_factors(self._model(runner))

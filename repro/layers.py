@@ -17,6 +17,7 @@ import warnings
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import kernels
@@ -78,7 +79,11 @@ class _Int8LinearFunction(torch.autograd.Function):
             out += bias.detach().float()
         ctx.save_for_backward(xq, wq, sx, sw)
         ctx.layer, ctx.x_shape, ctx.has_bias = layer, x.shape, bias is not None
-        return out.reshape(*x.shape[:-1], weight.shape[0]).to(x.dtype)
+        # Never a view: a view returned from a custom Function cannot be modified in place, and callers
+        # do that (mmdet's bbox heads: relu(fc(x), inplace=True)).
+        shape = (*x.shape[:-1], weight.shape[0])
+        out = out.to(x.dtype)
+        return out if out.shape == shape else out.reshape(shape).clone()
 
     @staticmethod
     def backward(ctx, gy):
@@ -124,6 +129,8 @@ class Int8Conv(Int8Layer):
     def forward(self, x):
         if not self.int8.quantizes:
             return super().forward(x)
+        if self.int8.simulated:
+            return self.int8.simulate(x, self.weight, lambda x, w: self._conv_forward(x, w, self.bias))
         return _Int8ConvFunction.apply(x, self.weight, self.bias, self, conv_geometry(self))
 
 
@@ -131,6 +138,8 @@ class Int8LinearMixin(Int8Layer):
     def forward(self, x):
         if not self.int8.quantizes:
             return super().forward(x)
+        if self.int8.simulated:
+            return self.int8.simulate(x, self.weight, lambda x, w: F.linear(x, w, self.bias))
         return _Int8LinearFunction.apply(x, self.weight, self.bias, self)
 
 
@@ -238,7 +247,23 @@ def quantize_model(
             continue
         module.__class__ = quantized_class(float_class(module))
         module.int8 = method.make_layer_quantizer()
+    swap_modules(model, method)
     return model
+
+
+def swap_modules(model: nn.Module, method: Method) -> None:
+    """The method's other module swaps (Method.module_swaps, e.g. WAGEUBN's BatchNorm and ReLU), in place,
+    everywhere in the model; a module swapped earlier by another method goes back to its float class."""
+    swaps = method.module_swaps()
+    for module in model.modules():
+        if hasattr(module, "int8_method"):
+            module.__class__ = next(
+                c for c in type(module).__mro__[1:] if c in module.int8_method.module_swaps()
+            )
+            del module.int8_method
+        if type(module) in swaps:
+            module.__class__ = swaps[type(module)]
+            module.int8_method = method
 
 
 def method_state_dict(model: nn.Module) -> dict[str, dict[str, Any]]:

@@ -582,7 +582,7 @@ def run(
             final_loss=None if diverged else recorder.final_loss,
             diverged=diverged,
             ms_per_iter=recorder.ms_per_iter(),
-            simulated=False,  # every registered method is real int8 arithmetic (or fp32)
+            simulated=repro.build_method(method, **method_options).simulated,
         )
     finally:
         del runner

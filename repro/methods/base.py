@@ -39,6 +39,9 @@ class LayerQuantizer:
     """Per-layer quantizers and state of one method. Subclasses override `grad` (and state)."""
 
     quantizes = True
+    # A method whose arithmetic is not int8 x int8 sets `simulated` and runs the whole layer in
+    # `simulate` (quantize-dequantize in float) instead of the int8 autograd Functions.
+    simulated = False
 
     def __init__(self, method: Method):
         self.method = method
@@ -55,6 +58,10 @@ class LayerQuantizer:
         return quantize(x, s), s
 
     def grad(self, g: torch.Tensor, channel_axis: int) -> GradCodes:
+        raise NotImplementedError
+
+    def simulate(self, x: torch.Tensor, weight: torch.Tensor, op) -> torch.Tensor:
+        """The layer's output from input x and weight, `op(x, w)` being the layer's float op."""
         raise NotImplementedError
 
     def lr_scale(self) -> float:
@@ -74,6 +81,7 @@ class Method:
     defaults: ClassVar[dict[str, Any]] = {}
     layer_quantizer: ClassVar[type[LayerQuantizer]] = LayerQuantizer
     description: ClassVar[str] = ""
+    simulated: ClassVar[bool] = False  # True: quantize-dequantize in float, not int8 arithmetic
 
     def __init__(self, **options: Any):
         unknown = sorted(set(options) - set(self.defaults))
@@ -88,6 +96,20 @@ class Method:
 
     def make_layer_quantizer(self) -> LayerQuantizer:
         return self.layer_quantizer(self)
+
+    # Optional capabilities (WAGEUBN uses them; the defaults do nothing).
+    def module_swaps(self) -> dict[type, type]:
+        """Other module classes this method replaces (float class -> quantized subclass, e.g. BatchNorm2d);
+        quantize_model swaps them everywhere, keeping Parameters and state_dict keys, and sets
+        `module.int8_method`."""
+        return {}
+
+    def make_optimizer(self, model, optimizer):
+        """A replacement for `optimizer` over its param groups (Int8TrainingHook installs it), or None."""
+        return None
+
+    def set_progress(self, iteration: int, max_iters: int) -> None:
+        """Called before every training iteration (Int8TrainingHook) for schedules tied to progress."""
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.opts.items())
