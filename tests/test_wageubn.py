@@ -1,0 +1,331 @@
+"""WAGEUBN: each fixed-point function on hand-computed cases, the layers, the optimizer, the hook.
+
+The expected values are worked out by hand from the paper's equations (numbers in the comments).
+"""
+
+import uuid
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torchvision
+from mmengine.model import BaseModel
+from mmengine.runner import Runner
+from torch import nn
+from torch.utils.data import Dataset
+
+import repro
+import repro.hooks  # noqa: F401  (registers Int8TrainingHook)
+from repro.fixed_point import CQ, QW, SQ, Q, R, Sd, dr_for, flag_qe2, norm, quantized_lr
+from repro.methods import build_method
+from repro.norm_layers import QBatchNorm2d, QReLU
+from repro.optim import FixedPointMomentum
+
+T = torch.tensor
+
+
+def on_grid(x: torch.Tensor, step: float) -> bool:
+    v = x / step
+    return bool(torch.equal(v, v.round()))
+
+
+# ------------------------------------------------------------------------------------------ functions
+def test_q_direct():
+    assert torch.equal(Q(T([0.3]), 3), T([0.25]))  # round(1.2) / 4
+    assert torch.equal(Q(T([0.05]), 10), T([26 / 512]))  # the paper's lr 26 x 2^-9
+    assert torch.equal(Q(T([-0.126, 3.0]), 8), T([-16 / 128, 3.0]))  # no clip: 3.0 stays
+    assert torch.equal(QW(T([3.0, -1.0, 0.5]), 8), T([127 / 128, -127 / 128, 0.5]))  # eq. 10 clips
+
+
+def test_r_and_norm():
+    assert R(T([0.3, -0.7])).item() == 0.5  # log2 0.7 = -0.51 -> -1
+    assert R(T([3.0])).item() == 4.0  # log2 3 = 1.58 -> 2
+    assert R(torch.zeros(3)).item() == 1.0
+    assert torch.equal(norm(T([0.3, -0.7])), T([0.6, -1.4]))
+
+
+def test_sd_stochastic_rounding_is_unbiased_and_clipped():
+    gen = torch.Generator().manual_seed(0)
+    x = T([1.0] + [0.3] * 20000)  # R = 1, dr * Norm = 128 and 38.4
+    s = Sd(x, 128.0, gen)
+    assert s[0].item() == 127  # clip to dr - 1
+    rest = s[1:]
+    assert set(rest.unique().tolist()) == {38.0, 39.0}
+    assert rest.mean().item() == pytest.approx(38.4, abs=0.02)  # E[Sr(v)] = v (0.4 -> 39 w.p. 0.4)
+    s64 = Sd(x, 64.0, gen)
+    assert s64[0].item() == 63 and set(s64[1:].unique().tolist()) == {19.0, 20.0}
+
+
+def test_cq_constant_scale():
+    gen = torch.Generator().manual_seed(1)
+    g = T([0.5, -0.25, 0.125]) * 1e-3  # R = 2^-11 (log2 5e-4 = -10.97)
+    out = CQ(g, 128.0, k_gc=15, generator=gen)
+    # Norm = [1.024, -0.512, 0.256] -> x128 = [131 -> 127, -65.5, 32.8] -> / 2^14
+    assert out[0].item() == 127 / 2**14
+    assert out[1].item() in (-66 / 2**14, -65 / 2**14)
+    assert out[2].item() in (32 / 2**14, 33 / 2**14)
+    assert on_grid(out, 2.0**-14) and out.abs().max() <= 127 / 2**14
+
+
+def test_sq_shift():
+    # R = 1; Q(., 8): 0.75 -> 96/128, 0.001 -> 0, -0.2 -> -26/128; 1.4 clips to 1 - 2^-7
+    assert torch.equal(SQ(T([0.75, 0.001, -0.2]), 8), T([0.75, 0.0, -26 / 128]))
+    assert SQ(T([1.4, 0.1]), 8)[0].item() == 127 / 128
+    # the magnitude is kept: the same numbers times 2^-20
+    assert torch.equal(SQ(T([0.75, -0.2]) * 2**-20, 8), T([0.75, -26 / 128]) * 2**-20)
+    assert torch.equal(SQ(T([0.75, 0.001]), 16), T([0.75, round(0.001 * 2**15) / 2**15]))
+
+
+def test_flag_qe2_paper_examples_and_range():
+    # R = 1 (max = 127/128), Sc = R / 128
+    x = T([-127 / 128, 2.0**-14, 1.2 * 2.0**-15, 0.8 * 2.0**-15, 0.3, 5 / 128])
+    out = flag_qe2(x, 8)
+    assert out[0].item() == -127 / 128  # -127 x Sc (Fig. 4b): integer branch, flag 1
+    assert out[1].item() == 2.0**-14  # +Sc/128 (Fig. 4a): fractional branch, flag 0
+    assert out[2].item() == 2.0**-14  # 1.2 x 2^-15 R rounds up to the smallest step
+    assert out[3].item() == 0.0  # below 2^-15 R (half a step): zero
+    assert out[4].item() == 38 / 128  # 0.3 / Sc = 38.4 -> 38 (integer branch)
+    assert out[5].item() == 5 / 128
+    # 8-bit SQ zeroes everything below 2^-8 R; the flag format covers down to about 2^-15 R (sec. IV-E)
+    sq = SQ(x, 8)
+    assert sq[1].item() == 0.0 and sq[2].item() == 0.0
+    small = T([1.0, 0.003, 2.0**-10])
+    assert torch.count_nonzero(flag_qe2(small, 8)) == 3 and torch.count_nonzero(SQ(small, 8)) == 1
+
+
+def test_dr_schedule_follows_progress():
+    m = build_method("wageubn")
+    seen = []
+    for it in (0, 29, 30, 59, 60, 89):  # a 90-"epoch" run of 90 iterations: the paper's stages
+        m.set_progress(it, 90)
+        seen.append(m.dr)
+    assert seen == [128, 128, 64, 64, 32, 32]
+    m.set_progress(2, 6)  # a short run changes d_r at 1/3 and 2/3
+    assert m.dr == 64
+    assert [dr_for(s) for s in (0, 1, 7, 9)] == [128, 64, 1, 1]
+
+
+def test_quantized_lr():
+    assert quantized_lr(0.05) == 26 / 512  # the paper's 0.05078125
+    assert quantized_lr(0.0125) == 6 / 512
+    assert quantized_lr(1.25e-4) == 1 / 512  # never below 2^-9 while lr > 0
+    assert quantized_lr(0.0) == 0.0
+    assert quantized_lr(5.0) == 511 / 512
+
+
+# ------------------------------------------------------------------------------------------ optimizer
+def test_fixed_point_momentum_by_hand():
+    w = nn.Parameter(T([0.5]))
+    f = nn.Parameter(T([1.0]))
+    opt = FixedPointMomentum([{"params": [w, f], "lr": 0.05, "weight_decay": 0.1}], fixed_point=[w])
+    lr = 26 / 512
+    w.grad, f.grad = T([3 * 2.0**-14]), T([0.5])
+    opt.step()
+    # Acc_1 = g = 3 x 2^-14; update with the unquantized Acc_1; stored Acc = Q(Acc_1, 13) = 1/4096
+    assert w.item() == 0.5 - lr * 3 * 2.0**-14
+    assert opt.state[w]["momentum_buffer"].item() == 2.0**-12
+    assert f.item() == pytest.approx(1.0 - lr * (0.5 + 0.1 * 1.0))  # float layer: SGD-momentum + decay
+    w.grad, f.grad = T([2.0**-14]), T([0.0])
+    opt.step()
+    # Acc_2 = 0.75 x 4 x 2^-14 + 2^-14 = 4 x 2^-14; W = 0.5 - lr (3 + 4) 2^-14 = 0.5 - 182 x 2^-23, exact
+    assert w.item() == 0.5 - 182 * 2.0**-23
+    assert on_grid(w.detach(), 2.0**-23)
+
+
+# ------------------------------------------------------------------------------------------ layers
+def _model(method="wageubn", **opts):
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(4, 6, 3, padding=1, bias=False),
+        nn.BatchNorm2d(6),
+        nn.ReLU(),
+        nn.Conv2d(6, 5, 1, bias=False),
+        nn.Flatten(),
+        nn.Linear(5 * 16, 3),
+    )
+    keys = list(model.state_dict())
+    repro.quantize_model(model, method, **opts)
+    assert list(model.state_dict()) == keys
+    return model
+
+
+def test_relu_quantizes_activation_and_e1():
+    model = _model()
+    relu = model[2]
+    assert isinstance(relu, QReLU)
+    x = T([-1.0, 0.3, 2.5001], requires_grad=True)
+    y = relu(x)
+    assert torch.equal(y, T([0.0, 38 / 128, 2.5]))  # Q(relu(x), 8), no clip at 127/128
+    y.backward(T([0.5, 0.25, 0.001]))
+    # SQ(e, 8): R = 0.5, Norm = [1, 0.5, 0.002] -> [127/128, 0.5, 0] x 0.5, then x relu'
+    assert torch.equal(x.grad, T([0.0, 0.25, 0.0]))
+
+
+def test_batchnorm_matches_eq12_and_keeps_state():
+    torch.manual_seed(0)
+    model = _model()
+    bn = model[4]
+    assert isinstance(bn, QBatchNorm2d)
+    with torch.no_grad():
+        bn.weight.copy_(T([1.3, 0.7, 1.0, 0.9, 1.1, 0.2]))
+        bn.bias.copy_(T([0.1, -0.2, 0.0, 0.3, 0.05, -0.01]))
+    x = torch.randn(4, 6, 3, 3, requires_grad=True) * 2 + 1
+    y = bn(x)
+    mu = Q(x.mean((0, 2, 3)), 16)
+    sigma = Q(x.var((0, 2, 3), correction=0).sqrt(), 16) + 2.0**-15
+    x_hat = Q((x - mu.view(1, -1, 1, 1)) / sigma.view(1, -1, 1, 1), 16)
+    want = Q(bn.weight, 8).view(1, -1, 1, 1) * x_hat + Q(bn.bias, 8).view(1, -1, 1, 1)
+    torch.testing.assert_close(y, want, rtol=0, atol=1e-6)
+    (y * torch.randn_like(y)).sum().backward()
+    assert on_grid(bn.weight.grad, 2.0**-14) and on_grid(bn.bias.grad, 2.0**-14)  # Q(., 15)
+    assert bn.num_batches_tracked.item() == 1 and not torch.equal(bn.running_mean, torch.zeros(6))
+    bn.eval()
+    y_eval = bn(x)
+    sigma_e = Q(bn.running_var.sqrt(), 16) + 2.0**-15
+    x_hat_e = Q((x - Q(bn.running_mean, 16).view(1, -1, 1, 1)) / sigma_e.view(1, -1, 1, 1), 16)
+    want_e = Q(bn.weight, 8).view(1, -1, 1, 1) * x_hat_e + Q(bn.bias, 8).view(1, -1, 1, 1)
+    torch.testing.assert_close(y_eval, want_e, rtol=0, atol=1e-6)
+
+
+def test_conv_quantizes_w_forward_e2_and_gw_backward():
+    torch.manual_seed(0)
+    model = _model()
+    conv = model[3]
+    x = Q(torch.rand(2, 4, 4, 4) * 3, 8)  # an activation on its grid
+    y = conv(x)
+    wq = QW(conv.weight.detach(), 8)
+    torch.testing.assert_close(y, F.conv2d(x, wq, padding=1), rtol=0, atol=1e-6)
+    xg = x.clone().requires_grad_()
+    gy = torch.randn_like(y) * 1e-3
+    conv(xg).backward(gy)
+    e3 = flag_qe2(gy, 8)
+    torch.testing.assert_close(xg.grad, torch.nn.grad.conv2d_input(x.shape, wq, e3, padding=1))
+    gw = conv.weight.grad
+    assert on_grid(gw, 2.0**-14) and gw.abs().max().item() == 127 / 2**14  # CQ, d_r = 128
+    # the float first and last layers stay float
+    assert type(model[0]) is nn.Conv2d and type(model[8]) is nn.Linear
+
+
+def test_e2_16_uses_shift_quantization():
+    torch.manual_seed(0)
+    conv = _model("wageubn-e2-16")[3]
+    x = Q(torch.rand(2, 4, 4, 4), 8).requires_grad_()
+    y = conv(x)
+    gy = torch.randn_like(y)
+    y.backward(gy)
+    wq = QW(conv.weight.detach(), 8)
+    want = torch.nn.grad.conv2d_input(x.shape, wq, SQ(gy, 16), padding=1)
+    torch.testing.assert_close(x.grad, want)
+
+
+@pytest.mark.parametrize("part", ["W", "BN", "A", "GW", "E1", "E2"])
+def test_quantize_only_turns_on_one_path(part):
+    method = build_method("wageubn", quantize_only=part)
+    swaps = set(method.module_swaps())
+    assert (nn.BatchNorm2d in swaps) == (part == "BN")
+    assert (nn.ReLU in swaps) == (part in ("A", "E1"))
+    assert method.parts == {part}
+    assert method.make_optimizer(nn.Linear(2, 2), torch.optim.SGD([nn.Parameter(torch.ones(1))])) is None
+    if part == "BN":
+        assert method.bn_quant.k_bn == 8  # Table II's label kBN = 8
+
+
+def test_bad_option_is_one_clear_error():
+    with pytest.raises(ValueError, match="quantize_only must be one of W, BN, A, GW, E1, E2"):
+        build_method("wageubn", quantize_only="G")
+
+
+def test_resnet18_training_step_all_paths():
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    method = build_method("wageubn")
+    repro.quantize_model(model, method)
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert all(isinstance(m, QBatchNorm2d) for m in bns) and isinstance(model.relu, QReLU)
+    opt = method.make_optimizer(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+    assert isinstance(opt, FixedPointMomentum) and opt.param_groups[0]["momentum"] == 0.75
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    w = model.layer2[0].conv1.weight
+    assert on_grid(w.grad, 2.0**-14)  # CQ
+    assert on_grid(model.layer2[0].bn1.weight.grad, 2.0**-14)  # Q(., 15)
+    opt.step()
+    assert torch.isfinite(loss)
+    assert on_grid(w.detach(), 2.0**-23) and not torch.equal(w, before["layer2.0.conv1.weight"])
+    assert on_grid(opt.state[w]["momentum_buffer"], 2.0**-12)  # Q(Acc, 13)
+    assert not torch.equal(model.fc.weight, before["fc.weight"])
+
+
+# ------------------------------------------------------------------------------------------ the hook
+class BnNet(BaseModel):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4),
+        )  # fmt: skip
+
+    def forward(self, inputs, labels, mode="tensor"):
+        logits = self.net(inputs)
+        if mode == "loss":
+            return {"loss": F.cross_entropy(logits, labels)}
+        return logits
+
+
+class Blobs(Dataset):
+    def __init__(self, n=32):
+        gen = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 3, 6, 6, generator=gen)
+        self.y = torch.arange(n) % 4
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"inputs": self.x[i], "labels": self.y[i]}
+
+
+def _runner(work_dir, max_iters, **kwargs):
+    return Runner(
+        model=BnNet(),
+        work_dir=str(work_dir),
+        train_dataloader=dict(
+            dataset=Blobs(),
+            sampler=dict(type="DefaultSampler", shuffle=True),
+            batch_size=8,
+            num_workers=0,
+            collate_fn=dict(type="default_collate"),
+        ),
+        optim_wrapper=dict(optimizer=dict(type="SGD", lr=0.05, momentum=0.9)),
+        param_scheduler=dict(type="MultiStepLR", milestones=[3], by_epoch=False),
+        train_cfg=dict(by_epoch=False, max_iters=max_iters),
+        default_hooks=dict(checkpoint=dict(type="CheckpointHook", interval=2, by_epoch=False)),
+        custom_hooks=[dict(type="Int8TrainingHook", method="wageubn")],
+        randomness=dict(seed=0),
+        default_scope="mmengine",
+        experiment_name=f"wageubn-hook-{uuid.uuid4().hex[:8]}",
+        **kwargs,
+    )
+
+
+def test_hook_installs_optimizer_and_resumes(tmp_path):
+    runner = _runner(tmp_path, 4)
+    runner.train()
+    opt = runner.optim_wrapper.optimizer
+    assert isinstance(opt, FixedPointMomentum)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.005)  # the scheduler still drives the lr
+    saved = torch.load(tmp_path / "iter_2.pth", weights_only=True)
+    resumed = _runner(tmp_path, 2, resume=True, load_from=str(tmp_path / "iter_2.pth"))
+    resumed.train()  # resumes at iteration 2 of 2: nothing to train, state as saved
+    ropt = resumed.optim_wrapper.optimizer
+    assert isinstance(ropt, FixedPointMomentum)
+    want = saved["optimizer"]["state"]
+    got = ropt.state_dict()["state"]
+    assert sorted(got) == sorted(want)
+    for k in want:
+        torch.testing.assert_close(got[k]["momentum_buffer"], want[k]["momentum_buffer"])
