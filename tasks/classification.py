@@ -401,6 +401,7 @@ def build_config(
     """The Runner config (a plain dict) of one run; `run` merges cfg_options into it and trains."""
     _check_choice("method", method, repro.list_methods())
     r = recipe(model, profile, paper_dataset)
+    r.update(repro.build_method(method, **(method_options or {})).recipe_overrides(profile))
     dataset = paper_dataset if profile == "paper" else EMBEDDED_STAND_INS[paper_dataset]
     root = data_root
     if profile == "paper" and root is None:

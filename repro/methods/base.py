@@ -108,6 +108,10 @@ class Method:
         """A replacement for `optimizer` over its param groups (Int8TrainingHook installs it), or None."""
         return None
 
+    def recipe_overrides(self, profile: str) -> dict[str, Any]:
+        """Training-recipe entries (lr, batch_size, ...) a method's own paper prescribes at a profile."""
+        return {}
+
     def set_progress(self, iteration: int, max_iters: int) -> None:
         """Called before every training iteration (Int8TrainingHook) for schedules tied to progress."""
 
