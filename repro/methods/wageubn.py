@@ -79,8 +79,9 @@ class WageubnQuantizer(LayerQuantizer):
 class Wageubn(Method):
     name = "wageubn"
     description = (
-        "WAGEUBN full 8-bit (W, A, G, E1, BN 8-bit, E2 as 9-bit Flag QE2, quantized Momentum, fixed-point "
-        "lr); option quantize_only=W|BN|A|GW|E1|E2 for Table II; simulated (quantize-dequantize in float)"
+        "WAGEUBN full 8-bit: W, A, GW, E1 8-bit, E2 9-bit Flag QE2, BN x_hat 16-bit (gamma, beta 8), "
+        "quantized Momentum, fixed-point lr; quantize_only=W|BN|A|GW|E1|E2 for Table II; simulated "
+        "(quantize-dequantize in float: activations and errors are wider than int8)"
     )
     defaults = {"quantize_only": None}
     layer_quantizer = WageubnQuantizer
