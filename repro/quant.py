@@ -42,12 +42,26 @@ def _broadcast(scale: torch.Tensor | float, x: torch.Tensor, axis: int | None) -
 
 def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
     """max|x| over the whole tensor (a 0-d tensor) or per slice along `axis` (a 1-D tensor)."""
+    x = x.detach()
     if axis is None:
-        lo, hi = torch.aminmax(x.detach())  # one pass, no |x| temporary (2x faster than abs().amax())
+        lo, hi = torch.aminmax(_memory_order(x)[0])  # one pass, no |x| temporary (2x vs abs().amax())
         return torch.maximum(-lo, hi).float()
     axis = axis % x.dim()
-    dims = [d for d in range(x.dim()) if d != axis]
-    return x.detach().abs().amax(dim=dims).float() if dims else x.detach().abs().float()
+    if x.dim() == 1:
+        return x.abs().float()
+    x, order = _memory_order(x)
+    dims = [d for d in range(x.dim()) if order[d] != axis]
+    return x.abs().amax(dim=dims).float()
+
+
+def _memory_order(x: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """x permuted into memory order (a view, contiguous if x is dense, e.g. channels-last), and the order.
+
+    The same maxima, but torch reduces a contiguous tensor far faster: aminmax of a channels-last
+    32x64x56x56 tensor took 26 ms, of its memory-order view 0.8 ms (measured).
+    """
+    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), -x.shape[d]))
+    return x.permute(order), order
 
 
 def quantize(
@@ -64,14 +78,36 @@ def quantize(
     s = _broadcast(scale, x, axis)
     check_finite(s, "the quantizer's scale")
     inv = torch.where(s > 0, QMAX / s.clamp_min(torch.finfo(torch.float32).tiny), torch.zeros_like(s))
-    v = (x.detach().float() * inv).clamp_(-QMAX, QMAX)
+    x = x.detach().float()
+    out = torch.empty_like(x, dtype=torch.int8)  # x's memory layout, as the old x * inv would have
+    if x.dim() == 0 or x.numel() == 0:
+        _quantize_block(x, inv, rounding, generator, out)
+        return out
+    # Blocks of whole slices along dim 0, each about _BLOCK elements: the 4-6 elementwise passes below
+    # then run on cache-resident data instead of streaming the tensor through memory each time
+    # (measured 2-4x on 56x56 activations). Dim 0 is outermost in torch.rand's order, so block i gets
+    # exactly the i-th stretch of the noise torch.rand(x.shape) would give: same codes, same stream.
+    rows = max(1, _BLOCK // max(1, x[0].numel()))
+    per_row = axis is not None and axis % x.dim() == 0 and inv.dim() > 0
+    for r0 in range(0, x.shape[0], rows):
+        r1 = min(x.shape[0], r0 + rows)
+        _quantize_block(x[r0:r1], inv[r0:r1] if per_row else inv, rounding, generator, out[r0:r1])
+    return out
+
+
+# elements per block of quantize(): 2 x 512 KB of fp32 values and noise fit in a 1-2 MB L2 cache
+_BLOCK = 1 << 17
+
+
+def _quantize_block(x, inv, rounding: str, generator, out) -> None:
+    v = (x * inv).clamp_(-QMAX, QMAX)
     if rounding == "nearest":
         v = v.round_()
     else:
         # floor(v + u), u ~ U[0, 1): equals floor(v) + Bernoulli(v - floor(v)), so E[q] = v.
         noise = torch.rand(v.shape, generator=generator, device=v.device, dtype=v.dtype)
         v = v.add_(noise).floor_().clamp_(-QMAX, QMAX)
-    return v.to(torch.int8)
+    out.copy_(v)
 
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor | float, axis: int | None = None) -> torch.Tensor:
