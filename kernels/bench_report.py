@@ -1,0 +1,179 @@
+"""The kernel-speed report: pytest-benchmark JSON (tests/bench, ``make bench``) -> Markdown + bar chart.
+
+    python -m kernels.bench_report [results/kernel_bench.json] [--out results]
+
+Writes ``kernel_speedup.md`` (per layer and op: milliseconds of int8 with quantization, the int8 op
+alone, fp32 and bf16, the speedups t_fp32 / t_int8 and t_bf16 / t_int8, their medians over the
+layers, count-weighted network totals and the targets of issue 4) and ``kernel_speedup.png`` (per-layer
+speedup bars, after DAIQ Figure 4) when matplotlib is installed (it is in the ``dev`` extra).
+
+Times are each benchmark's minimum over its rounds: all implementations of a layer ran back to back in
+one process, and the minimum is the statistic least disturbed by other load on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+OPS = {"fwd": "forward", "dx": "input grad", "dw": "weight grad"}
+IMPLS = ("int8", "int8-op", "fp32", "bf16")
+# issue 4: medians over the ResNet-50 layers of the int8 speedup (quantization included)
+TARGETS = {"fwd": {"bf16": 1.6, "fp32": 10.0}, "dx": {"bf16": 1.2}, "dw": {"bf16": 1.2}}
+STRETCH = {"dx": 1.6, "dw": 1.6}
+
+
+def load(path: Path):
+    """{(layer, op): {impl: ms}}, layer order, {layer: count} and the run's metadata."""
+    data = json.loads(path.read_text())
+    times: dict = {}
+    layers: list[str] = []
+    counts: dict = {}
+    loads = []
+    threads = set()
+    for b in data["benchmarks"]:
+        info = b.get("extra_info", {})
+        if "layer" not in info:
+            continue
+        layer = info["layer"]
+        if layer not in layers:
+            layers.append(layer)
+        counts[layer] = info.get("count", 1)
+        times.setdefault((layer, info["op"]), {})[info["impl"]] = b["stats"]["min"] * 1e3
+        if "load" in info:
+            loads.append(info["load"])
+        threads.add(info.get("threads"))
+    meta = {
+        "cpu": data.get("machine_info", {}).get("cpu", {}).get("brand_raw", "?"),
+        "when": data.get("datetime", "?"),
+        "threads": ", ".join(str(t) for t in sorted(t for t in threads if t is not None)) or "?",
+        "load": f"{min(loads):.1f} - {max(loads):.1f}" if loads else "?",
+        "timer": next((b.get("options", {}).get("timer") for b in data["benchmarks"]), "?"),
+        "batch": next((b["extra_info"].get("batch") for b in data["benchmarks"] if "extra_info" in b), "?"),
+    }
+    return times, layers, counts, meta
+
+
+def speedups(times, layers, op: str, base: str, impl: str = "int8") -> dict[str, float]:
+    out = {}
+    for layer in layers:
+        t = times.get((layer, op), {})
+        if base in t and impl in t and t[impl] > 0:
+            out[layer] = t[base] / t[impl]
+    return out
+
+
+def markdown(times, layers, counts, meta) -> str:
+    lines = [
+        "# INT8 kernel speed on the CPU: ResNet-50 layers",
+        "",
+        f"Measured {meta['when']} on {meta['cpu']}, {meta['threads']} torch thread(s), "
+        f"batch {meta['batch']}, timer {meta['timer']}; 1-minute load average during the run {meta['load']}. "
+        "Each time is the minimum over the benchmark's rounds (pytest-benchmark, "
+        "results/kernel_bench.json), in milliseconds.",
+        "",
+        "int8 = quantize (per-tensor absmax, stochastic rounding for gradients, per-channel scales for the "
+        "weight gradient) + exact int8 op (kernels.cpu) + dequantize; int8-op = the int8 op alone; fp32 and "
+        "bf16 = torch's ops, channels-last, bf16 under autocast. Speedup = t_fp32 / t_int8 (resp. bf16). "
+        "Layers are C-size-K-kernel-stride (DAIQ Figure 4); x n = occurrences in the network.",
+        "",
+        "## Targets (medians over the layers, int8 with quantization)",
+        "",
+        "| op | vs | median speedup | target | met | layers below target |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for op, goals in TARGETS.items():
+        for base, goal in goals.items():
+            sp = speedups(times, layers, op, base)
+            if not sp:
+                continue
+            med = statistics.median(sp.values())
+            below = [f"{lay} ({v:.2f})" for lay, v in sp.items() if v < goal]
+            met = "yes" if med >= goal else "**no**"
+            if op in STRETCH and base == "bf16":
+                met += f" (stretch {STRETCH[op]}: {'yes' if med >= STRETCH[op] else 'no'})"
+            lines.append(f"| {OPS[op]} | {base} | {med:.2f} | {goal} | {met} | {', '.join(below) or '-'} |")
+    for op, title in OPS.items():
+        lines += [
+            "",
+            f"## {title}",
+            "",
+            "| layer | x n | int8 | int8-op | fp32 | bf16 "
+            "| fp32/int8 | bf16/int8 | fp32/int8-op | bf16/int8-op |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        cols = {
+            (base, impl): speedups(times, layers, op, base, impl)
+            for base in ("fp32", "bf16")
+            for impl in ("int8", "int8-op")
+        }
+        order = [("fp32", "int8"), ("bf16", "int8"), ("fp32", "int8-op"), ("bf16", "int8-op")]
+        for layer in layers:
+            t = times.get((layer, op), {})
+            ms = " | ".join(f"{t[i]:.2f}" if i in t else "-" for i in IMPLS)
+            sp = " | ".join(f"{cols[c][layer]:.2f}" if layer in cols[c] else "-" for c in order)
+            lines.append(f"| {layer} | {counts[layer]} | {ms} | {sp} |")
+        med = " | ".join(f"**{statistics.median(cols[c].values()):.2f}**" if cols[c] else "-" for c in order)
+        lines.append(f"| median | | | | | | {med} |")
+        total = {
+            i: sum(counts[lay] * times[(lay, op)][i] for lay in layers if i in times.get((lay, op), {}))
+            for i in IMPLS
+        }
+        tot = " | ".join(f"{total[i]:.1f}" for i in IMPLS)
+        ratio = " | ".join(f"{total[b] / total[i]:.2f}" if total[i] else "-" for b, i in order)
+        lines.append(f"| network total (x n) | | {tot} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def bar_chart(times, layers, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[dev]'): no PNG written", file=sys.stderr)
+        return False
+    fig, axes = plt.subplots(len(OPS), 1, figsize=(max(10, 0.55 * len(layers)), 10), sharex=True)
+    x = list(range(len(layers)))
+    for ax, (op, title) in zip(axes, OPS.items(), strict=True):
+        for j, base in enumerate(("fp32", "bf16")):
+            sp = speedups(times, layers, op, base)
+            ax.bar([i + (j - 0.5) * 0.4 for i in x], [sp.get(lay, 0.0) for lay in layers], 0.4,
+                   label=f"int8 over {base}")  # fmt: skip
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_ylabel("speedup")
+        ax.set_title(title)
+        ax.legend(loc="upper right", fontsize=8)
+    axes[-1].set_xticks(x, layers, rotation=60, ha="right", fontsize=8)
+    axes[-1].set_xlabel("layer (C-feature size-K-kernel-stride), batch 32, int8 with quantization")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("json", nargs="?", default="results/kernel_bench.json", type=Path)
+    ap.add_argument("--out", default="results", type=Path, help="directory for kernel_speedup.md/.png")
+    args = ap.parse_args(argv)
+    if not args.json.exists():
+        ap.error(f"{args.json} not found: run `make bench` first")
+    times, layers, counts, meta = load(args.json)
+    if not layers:
+        ap.error(f"{args.json} holds no kernel benchmarks (tests/bench)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    md = args.out / "kernel_speedup.md"
+    md.write_text(markdown(times, layers, counts, meta))
+    print(f"wrote {md}")
+    png = args.out / "kernel_speedup.png"
+    if bar_chart(times, layers, png):
+        print(f"wrote {png}")
+
+
+if __name__ == "__main__":
+    main()
