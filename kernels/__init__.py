@@ -1,8 +1,9 @@
 """INT8 compute backends.
 
-``get_backend(device)`` returns the module that runs exact int8 x int8 -> int32 convolutions and linear
-layers (forward, input gradient, weight gradient) on that device; ``kernels.reference`` is the exact
-int64 oracle every backend is tested against. All backends share the API of ``kernels.reference``.
+``get_backend(device)`` returns the module (``kernels.cpu`` or ``kernels.cuda``) that runs exact
+int8 x int8 -> int32 convolutions and linear layers (forward, input gradient, weight gradient) on that
+device; ``kernels.reference`` is the exact int64 oracle every backend is tested against. All backends
+share the API of ``kernels.reference``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ def get_backend(device: torch.device | str):
     if dev.type == "cpu":
         return cpu
     if dev.type == "cuda":
-        raise NotImplementedError(
-            "the CUDA backend arrives with the kernels issue; for now only the CPU backend exists "
-            "(kernels.cpu) - run on device='cpu'"
-        )
-    raise NotImplementedError(f"no INT8 backend for device type {dev.type!r}; available: 'cpu'")
+        from . import cuda  # imported on demand: CuPy is loaded only when a CUDA tensor shows up
+
+        return cuda
+    raise NotImplementedError(f"no INT8 backend for device type {dev.type!r}; available: 'cpu', 'cuda'")

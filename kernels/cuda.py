@@ -1,0 +1,659 @@
+"""INT8 CUDA backend: CUDA C++ kernels (kernels/cuda/*.cu) compiled with NVRTC and loaded with CuPy.
+
+Same API as ``kernels.reference`` and ``kernels.cpu`` (int8 operands on a CUDA device in, exact int32
+out), plus the fused quantizer of ``repro.quant`` (``quantize``, ``absmax_quantize``) and a GEMM with a
+dequantizing epilogue (``gemm``). torch tensors reach the kernels zero-copy through DLPack and the
+kernels run on torch's current stream.
+
+**Not yet run on GPU hardware by this project.** Every kernel is compiled in CI for sm_75/sm_80/sm_90
+(``tests/test_cuda_compile.py``, no GPU needed), and the kernel sources are executed on the CPU by a
+small C++ harness that stands in for the CUDA runtime (``tests/test_cuda_backend.py``), bit-exact
+against ``kernels.reference``. The GPU tests in the same file run unchanged where a GPU exists.
+
+The kernels (one idea per file in kernels/cuda/):
+
+* ``quantize.cu``: per-tensor absmax (block max + atomicMax) then quantize, or per-channel absmax and
+  quantize fused in one block per channel; nearest (rint, half to even, as torch.round) or stochastic
+  rounding floor(v + u) with u from Philox4x32-10 keyed by a 64-bit seed drawn from a torch generator,
+  indexed by element (so runs repeat under ``torch.manual_seed`` and do not depend on the launch).
+* ``gemm_imma.cu``: mma.sync m16n8k32 s8 x s8 -> s32 on tensor cores (sm_80+).
+* ``gemm_dp4a.cu``: __dp4a (sm_61+; NVRTC 13 targets sm_75 and newer, so Turing), used below sm_80.
+* ``im2col.cu``, ``col2im.cu``: 1/2/3-D convolutions as im2col + GEMM (forward, weight gradient) and
+  GEMM + col2im gather (input gradient), groups as a GEMM batch dimension.
+
+Kernels are compiled lazily, once per (module, architecture), to a cubin (PTX for an architecture
+NVRTC does not know, JIT-compiled by the driver), cached on disk under ``$REPRO_CUDA_CACHE`` (default
+``~/.cache/int8-repro/cuda``) and loaded with ``cupy.RawModule``. NVRTC comes from the
+``nvidia-cuda-nvrtc`` wheel that cupy-cuda13x and torch install; NVRTC 13 no longer targets sm_61/sm_70,
+so GPUs older than Turing get a clear error.
+
+int32 contract: as ``kernels.reference`` (exact while the reduction length K < 133,144).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kernels.geometry import conv_geometry
+
+__all__ = [
+    "absmax_quantize",
+    "conv_forward",
+    "conv_input_grad",
+    "conv_weight_grad",
+    "gemm",
+    "linear_forward",
+    "linear_input_grad",
+    "linear_weight_grad",
+    "quantize",
+]
+
+SOURCE_DIR = Path(__file__).with_name("cuda")
+QMAX = 127
+# the architectures CI compiles every kernel for (a kernel is skipped below its own minimum)
+CI_ARCHS = (75, 80, 90)
+# strict IEEE float arithmetic: the quantizer must round exactly as torch does (no FMA contraction,
+# no flush-to-zero, correctly rounded division)
+COMMON_OPTIONS = ("-std=c++17", "--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false")
+THREADS = 256  # threads per block of the elementwise and reduction kernels
+MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and gridDim.z
+MAX_GRID_BLOCKS = 65535 * 16  # grid-stride kernels: enough blocks to fill any GPU
+GEMM_TILE = 64  # GEMM block tile (GEMM_BM = GEMM_BN in gemm_common.cuh)
+_CHUNK_BYTES = 256 << 20  # conv: batch chunk such that a chunk's columns take about this much memory
+
+
+class CudaCompileError(RuntimeError):
+    """NVRTC rejected a kernel source (the message carries NVRTC's log)."""
+
+
+@dataclass(frozen=True)
+class KernelModule:
+    """One NVRTC program: its source files (concatenated in order), kernels and lowest architecture."""
+
+    name: str
+    files: tuple[str, ...]
+    kernels: tuple[str, ...]
+    min_arch: int  # the lowest sm the code needs (dp4a: 61, mma.m16n8k32 s8: 80)
+
+
+MODULES = {
+    m.name: m
+    for m in (
+        KernelModule(
+            "quantize",
+            ("philox.cuh", "quantize.cu"),
+            ("absmax_tensor", "quantize_kernel", "absmax_quantize_channel"),
+            60,
+        ),
+        KernelModule("gemm_dp4a", ("gemm_common.cuh", "gemm_dp4a.cu"), ("gemm_dp4a",), 61),
+        KernelModule("gemm_imma", ("gemm_common.cuh", "gemm_imma.cu"), ("gemm_imma",), 80),
+        KernelModule("im2col", ("im2col.cu",), ("im2col",), 60),
+        KernelModule("col2im", ("col2im.cu",), ("col2im",), 60),
+    )
+}
+
+
+# ----------------------------------------------------------------------------------------------------
+# compiling (no GPU needed) and loading
+
+
+def source(module: str) -> str:
+    """The program text of a module: its files concatenated, with #line markers for NVRTC's messages."""
+    parts = []
+    for name in MODULES[module].files:
+        parts.append(f'#line 1 "{name}"\n')
+        parts.append((SOURCE_DIR / name).read_text())
+    return "\n".join(parts)
+
+
+def nvrtc_version() -> tuple[int, int]:
+    from cupy.cuda import nvrtc
+
+    return tuple(nvrtc.getVersion())
+
+
+@functools.cache
+def nvrtc_archs() -> tuple[int, ...]:
+    """The sm_XY targets the installed NVRTC accepts (NVRTC 13.0: 75 ... 121)."""
+    from cupy.cuda import nvrtc
+
+    return tuple(int(a) for a in nvrtc.getSupportedArchs())
+
+
+def ci_archs(module: str, supported: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """The architectures a module is compiled for in CI: CI_ARCHS at or above its minimum that NVRTC
+    supports (dp4a needs sm_61, but NVRTC 13's lowest target is sm_75)."""
+    supported = nvrtc_archs() if supported is None else supported
+    return tuple(a for a in CI_ARCHS if a >= MODULES[module].min_arch and a in supported)
+
+
+def compile_source(src: str, name: str, arch: int, ptx: bool = False) -> bytes:
+    """Compile CUDA C++ with NVRTC for sm_<arch> (cubin, which runs ptxas: inline PTX is checked too)
+    or compute_<arch> (PTX). Needs no GPU. Raises CudaCompileError with NVRTC's log."""
+    from cupy.cuda import nvrtc
+
+    target = f"compute_{arch}" if ptx else f"sm_{arch}"
+    options = (f"-arch={target}", *COMMON_OPTIONS)
+    prog = nvrtc.createProgram(src, name, (), ())
+    try:
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError as e:
+            log = nvrtc.getProgramLog(prog)
+            raise CudaCompileError(f"NVRTC could not compile {name} for {target}: {e}\n{log}") from None
+        return nvrtc.getPTX(prog) if ptx else nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def compile_module(module: str, arch: int, ptx: bool = False) -> bytes:
+    return compile_source(source(module), f"{module}.cu", arch, ptx)
+
+
+def target_for(cc: int, supported: tuple[int, ...]) -> tuple[int, bool]:
+    """(arch, ptx) to build for a device of compute capability ``cc`` (e.g. 86): its own cubin when
+    NVRTC knows it, else PTX of the newest known lower architecture (the driver JIT-compiles it)."""
+    if cc in supported:
+        return cc, False
+    lower = [a for a in supported if a <= cc]
+    if not lower:
+        raise RuntimeError(
+            f"this NVRTC (architectures sm_{min(supported)}+) cannot build for compute capability "
+            f"{cc // 10}.{cc % 10}; the CUDA backend needs a Turing (sm_75) or newer GPU"
+        )
+    return max(lower), True
+
+
+def gemm_module_for(cc: int) -> str:
+    """Tensor-core IMMA on sm_80+, dp4a below."""
+    if cc >= MODULES["gemm_imma"].min_arch:
+        return "gemm_imma"
+    if cc >= MODULES["gemm_dp4a"].min_arch:
+        return "gemm_dp4a"
+    raise RuntimeError(f"int8 GEMM needs compute capability 6.1+ (dp4a), got {cc // 10}.{cc % 10}")
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("REPRO_CUDA_CACHE", Path.home() / ".cache" / "int8-repro" / "cuda"))
+
+
+def _device_cc(index: int) -> int:
+    major, minor = torch.cuda.get_device_capability(index)
+    return 10 * major + minor
+
+
+@functools.cache
+def _function(module: str, kernel: str, device_index: int):
+    """The loaded kernel (compiled once per module and architecture, cached on disk)."""
+    import cupy
+
+    arch, ptx = target_for(_device_cc(device_index), nvrtc_archs())
+    src = source(module)
+    key = hashlib.sha256(
+        repr((src, arch, ptx, COMMON_OPTIONS, nvrtc_version(), cupy.__version__)).encode()
+    ).hexdigest()[:24]
+    path = _cache_dir() / f"{module}-{'compute' if ptx else 'sm'}_{arch}-{key}.{'ptx' if ptx else 'cubin'}"
+    if not path.exists():
+        binary = compile_source(src, f"{module}.cu", arch, ptx)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # written aside and renamed: a killed run leaves no half-written file behind
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
+        with os.fdopen(fd, "wb") as f:
+            f.write(binary if isinstance(binary, bytes) else binary.encode())
+        os.replace(tmp, path)
+    with cupy.cuda.Device(device_index):
+        return cupy.RawModule(path=str(path)).get_function(kernel)
+
+
+def _launch(module: str, kernel: str, grid, block, args) -> None:
+    """Run a kernel on torch's current stream of the device of the tensors in ``args``.
+
+    ``args``: torch tensors (passed as device pointers through DLPack), None (a null pointer) and
+    numpy scalars (passed by value with their exact C type). The one seam the CPU harness replaces.
+    """
+    import cupy
+
+    device = next(a.device for a in args if isinstance(a, torch.Tensor))
+    fn = _function(module, kernel, device.index)
+    converted = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            converted.append(cupy.from_dlpack(a.detach()) if a.numel() else np.uint64(a.data_ptr()))
+        elif a is None:
+            converted.append(np.uint64(0))
+        else:
+            converted.append(a)
+    stream = torch.cuda.current_stream(device)
+    with cupy.cuda.Device(device.index), cupy.cuda.ExternalStream(stream.cuda_stream, device.index):
+        fn(tuple(int(v) for v in grid), tuple(int(v) for v in block), tuple(converted))
+
+
+def _gemm_module(device: torch.device) -> str:
+    return gemm_module_for(_device_cc(device.index if device.index is not None else 0))
+
+
+def grid_1d(total: int, threads: int = THREADS) -> int:
+    """Blocks for a grid-stride kernel over ``total`` elements (at least 1)."""
+    return max(1, min(MAX_GRID_BLOCKS, -(-total // threads)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# argument checks
+
+
+def _check_device(*tensors: torch.Tensor) -> None:
+    dev = tensors[0].device
+    for t in tensors:
+        if t.device.type != "cuda":
+            raise ValueError(f"kernels.cuda got a tensor on {t.device}; move it to a CUDA device")
+        if t.device != dev:
+            raise ValueError(f"kernels.cuda got tensors on {dev} and {t.device}")
+
+
+def _check(*tensors: torch.Tensor) -> None:
+    for t in tensors:
+        if t.dtype != torch.int8:
+            raise TypeError(f"expected an int8 tensor, got {t.dtype}")
+    _check_device(*tensors)
+
+
+def _check_linear(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    _check(a, b)
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"{what}: expected 2-D operands, got {tuple(a.shape)} and {tuple(b.shape)}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# GEMM
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """One batched GEMM C[b1, b2][m, n] = sum_k A[b1, b2][m, k] B[b1, b2][n, k] (gemm_common.cuh):
+    sizes and the element strides of each operand (k has unit stride in A and B)."""
+
+    M: int
+    N: int
+    K: int
+    nb1: int
+    nb2: int
+    sA: tuple[int, int, int]  # (b1, b2, m)
+    sB: tuple[int, int, int]  # (b1, b2, n)
+    sC: tuple[int, int, int, int]  # (b1, b2, m, n)
+
+    def grid(self) -> tuple[int, int, int]:
+        gx = -(-self.N // GEMM_TILE)
+        gy = -(-self.M // GEMM_TILE)
+        gz = self.nb1 * self.nb2
+        if gy > MAX_GRID_YZ or gz > MAX_GRID_YZ:
+            raise ValueError(f"GEMM too large for one launch: M={self.M}, batch={gz} (limit {MAX_GRID_YZ})")
+        return gx, gy, gz
+
+
+def _run_gemm(plan: GemmPlan, a, b, c, cf=None, row_scale=None, col_scale=None, alpha=1.0) -> None:
+    if plan.M == 0 or plan.N == 0 or plan.nb1 * plan.nb2 == 0:
+        return
+    module = _gemm_module(a.device)
+    threads = 128 if module == "gemm_imma" else 256
+    i64 = np.int64
+    args = (
+        a, b, c, cf, row_scale, col_scale, np.float32(alpha),
+        np.int32(plan.M), np.int32(plan.N), np.int32(plan.K), np.int32(plan.nb2),
+        *(i64(v) for v in plan.sA), *(i64(v) for v in plan.sB), *(i64(v) for v in plan.sC),
+    )  # fmt: skip
+    _launch(module, module, plan.grid(), (threads, 1, 1), args)
+
+
+def _check_int32_size(*sizes: int) -> None:
+    for v in sizes:
+        if v >= 2**31:
+            raise ValueError(f"dimension {v} exceeds the kernels' 32-bit sizes")
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, row_scale=None, col_scale=None, alpha: float | None = None):
+    """a (M, K) @ b (N, K)^T on the GPU: int32, or with any of row_scale (M,), col_scale (N,), alpha the
+    dequantized float32 ((acc * alpha) * row_scale[m] * col_scale[n], the fused epilogue)."""
+    _check_linear(a, b, "gemm")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"gemm: K differs, {tuple(a.shape)} and {tuple(b.shape)}")
+    m, k = a.shape
+    n = b.shape[0]
+    _check_int32_size(m, n, k)
+    scaled = row_scale is not None or col_scale is not None or alpha is not None
+    scales = []
+    for s, size, what in ((row_scale, m, "row_scale"), (col_scale, n, "col_scale")):
+        if s is not None:
+            s = torch.as_tensor(s, dtype=torch.float32, device=a.device).reshape(-1).contiguous()
+            if s.numel() != size:
+                raise ValueError(f"gemm: {what} needs {size} values, got {s.numel()}")
+        scales.append(s)
+    plan = GemmPlan(m, n, k, 1, 1, (0, 0, k), (0, 0, k), (0, 0, n, 1))
+    if not scaled:
+        c = torch.zeros((m, n), dtype=torch.int32, device=a.device)
+        _run_gemm(plan, a.contiguous(), b.contiguous(), c)
+        return c
+    cf = torch.zeros((m, n), dtype=torch.float32, device=a.device)
+    _run_gemm(
+        plan, a.contiguous(), b.contiguous(), None, cf, scales[0], scales[1], 1.0 if alpha is None else alpha
+    )
+    return cf
+
+
+def linear_forward(xq, wq) -> torch.Tensor:
+    """x (M, K) @ w (N, K)^T -> (M, N) int32."""
+    _check_linear(xq, wq, "linear_forward")
+    if xq.shape[1] != wq.shape[1]:
+        raise ValueError(f"linear_forward: K differs, {tuple(xq.shape)} and {tuple(wq.shape)}")
+    return gemm(xq, wq)
+
+
+def linear_input_grad(gq, wq) -> torch.Tensor:
+    """g (M, N) @ w (N, K) -> (M, K) int32."""
+    _check_linear(gq, wq, "linear_input_grad")
+    if gq.shape[1] != wq.shape[0]:
+        raise ValueError(f"linear_input_grad: N differs, {tuple(gq.shape)} and {tuple(wq.shape)}")
+    return gemm(gq, wq.t())
+
+
+def linear_weight_grad(xq, gq) -> torch.Tensor:
+    """g^T (N, M) @ x (M, K) -> (N, K) int32."""
+    _check_linear(xq, gq, "linear_weight_grad")
+    if gq.shape[0] != xq.shape[0]:
+        raise ValueError(f"linear_weight_grad: M differs, {tuple(xq.shape)} and {tuple(gq.shape)}")
+    return gemm(gq.t(), xq.t())
+
+
+# ----------------------------------------------------------------------------------------------------
+# convolutions: im2col + GEMM, GEMM + col2im
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A 1/2/3-D convolution as the 3-D one the kernels run (unit leading dims for 1-D and 2-D)."""
+
+    n: int
+    cin: int
+    cout: int
+    groups: int
+    spatial: tuple[int, int, int]
+    out: tuple[int, int, int]
+    k: tuple[int, int, int]
+    s: tuple[int, int, int]
+    p: tuple[int, int, int]
+    d: tuple[int, int, int]
+
+    @classmethod
+    def of(cls, x_shape, w_shape, stride, padding, dilation, groups) -> ConvGeometry:
+        nd, s, p, d, k, out = conv_geometry(x_shape, w_shape, stride, padding, dilation, groups)
+        lead = 3 - nd
+
+        def pad3(v, fill):
+            return (fill,) * lead + tuple(int(a) for a in v)
+
+        return cls(
+            int(x_shape[0]), int(x_shape[1]), int(w_shape[0]), int(groups),
+            pad3(x_shape[2:], 1), pad3(out, 1), pad3(k, 1), pad3(s, 1), pad3(p, 0), pad3(d, 1),
+        )  # fmt: skip
+
+    @property
+    def positions(self) -> int:  # P, output positions per image
+        return math.prod(self.out)
+
+    @property
+    def kg(self) -> int:  # the reduction length of the forward pass: Cin/groups * prod(kernel)
+        return self.cin // self.groups * math.prod(self.k)
+
+    @property
+    def cout_g(self) -> int:
+        return self.cout // self.groups
+
+    def chunk(self, bytes_per_image: int, budget: int | None = None) -> int:
+        """Images per chunk: the chunk's buffer about ``budget`` bytes, and the GEMM batch of
+        images x groups within one launch."""
+        budget = _CHUNK_BYTES if budget is None else budget
+        by_memory = max(1, budget // max(1, bytes_per_image))
+        by_grid = max(1, MAX_GRID_YZ // self.groups)
+        if self.groups > MAX_GRID_YZ:
+            raise ValueError(f"groups={self.groups} exceeds one launch's {MAX_GRID_YZ}")
+        return max(1, min(self.n, by_memory, by_grid))
+
+    def kernel_args(self, nimg: int) -> tuple:
+        i32 = np.int32
+        return (
+            i32(nimg), i32(self.cin), i32(self.groups),
+            *(i32(v) for v in (*self.spatial, *self.out, *self.k, *self.s, *self.p, *self.d)),
+        )  # fmt: skip
+
+
+def _im2col(x: torch.Tensor, cols: torch.Tensor, geo: ConvGeometry, strides: tuple[int, int, int, int]):
+    """cols[n, g, p, kidx] at the element strides (sN, sG, sP, sK) from contiguous x (im2col.cu)."""
+    nimg = x.shape[0]
+    total = nimg * geo.groups * geo.positions * geo.kg
+    args = (x, cols, *geo.kernel_args(nimg), *(np.int64(v) for v in strides))
+    _launch("im2col", "im2col", (grid_1d(total), 1, 1), (THREADS, 1, 1), args)
+
+
+def _col2im(dcols: torch.Tensor, dx: torch.Tensor, geo: ConvGeometry, strides: tuple[int, int, int, int]):
+    """dx (contiguous) = the gather-sum of dcols[n, g, p, kidx] at strides (sN, sG, sP, sK) (col2im.cu)."""
+    nimg = dx.shape[0]
+    total = dx.numel()
+    args = (dcols, dx, *geo.kernel_args(nimg), *(np.int64(v) for v in strides))
+    _launch("col2im", "col2im", (grid_1d(total), 1, 1), (THREADS, 1, 1), args)
+
+
+def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
+    """y = conv(x, w) exactly (torch.nn.functional.conv{1,2,3}d semantics), int32 (N, Cout, *out)."""
+    _check(xq, wq)
+    geo = ConvGeometry.of(xq.shape, wq.shape, stride, padding, dilation, groups)
+    nd = xq.dim() - 2
+    x, w = xq.contiguous(), wq.contiguous()
+    g_, P, kg, cg = geo.groups, geo.positions, geo.kg, geo.cout_g
+    _check_int32_size(kg, P, geo.cin * math.prod(geo.spatial))
+    y = torch.zeros((geo.n, geo.cout, *geo.out[3 - nd :]), dtype=torch.int32, device=xq.device)
+    chunk = geo.chunk(g_ * P * kg)
+    for n0 in range(0, geo.n, chunk):
+        nn = min(chunk, geo.n - n0)
+        cols = torch.empty(nn * g_ * P * kg, dtype=torch.int8, device=xq.device)
+        _im2col(x[n0 : n0 + nn], cols, geo, (g_ * P * kg, P * kg, kg, 1))
+        # per (image, group): C (Cout/G, P) = W_g (Cout/G, kg) . cols (P, kg)^T, written into y directly
+        plan = GemmPlan(
+            cg, P, kg, nn, g_, (0, cg * kg, kg), (g_ * P * kg, P * kg, kg), (geo.cout * P, cg * P, P, 1)
+        )
+        _run_gemm(plan, w, cols, y[n0 : n0 + nn])
+    return y
+
+
+def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
+    """dL/dx for dL/dy = g (torch.nn.grad.conv{N}d_input), int32 of shape input_shape."""
+    _check(gq, wq)
+    input_shape = tuple(int(a) for a in input_shape)
+    geo = ConvGeometry.of(input_shape, wq.shape, stride, padding, dilation, groups)
+    nd = len(input_shape) - 2
+    want = (geo.n, geo.cout, *geo.out[3 - nd :])
+    if tuple(gq.shape) != want:
+        raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {want}")
+    g_, P, kg, cg = geo.groups, geo.positions, geo.kg, geo.cout_g
+    _check_int32_size(kg, P, geo.cin * math.prod(geo.spatial))
+    # A = W_g^T (kg, Cout/G) and B = g as (P, Cout) rows: both k(= output channel)-contiguous
+    wt = wq.reshape(g_, cg, kg).transpose(1, 2).contiguous()
+    gt = gq.reshape(geo.n, geo.cout, P).transpose(1, 2).contiguous()
+    dx = torch.zeros(input_shape, dtype=torch.int32, device=gq.device)
+    chunk = geo.chunk(4 * g_ * kg * P)
+    for n0 in range(0, geo.n, chunk):
+        nn = min(chunk, geo.n - n0)
+        dcols = torch.empty(nn * g_ * kg * P, dtype=torch.int32, device=gq.device)
+        # per (image, group): dcols (kg, P) = W_g^T (kg, Cout/G) . g (P, Cout/G)^T
+        plan = GemmPlan(
+            kg, P, cg, nn, g_, (0, kg * cg, cg), (P * geo.cout, cg, geo.cout), (g_ * kg * P, kg * P, P, 1)
+        )
+        _run_gemm(plan, wt, gt[n0 : n0 + nn], dcols)
+        _col2im(dcols, dx[n0 : n0 + nn], geo, (g_ * kg * P, kg * P, 1, P))
+    return dx
+
+
+def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
+    """dL/dw for dL/dy = g (torch.nn.grad.conv{N}d_weight), int32 of shape weight_shape."""
+    _check(xq, gq)
+    weight_shape = tuple(int(a) for a in weight_shape)
+    geo = ConvGeometry.of(xq.shape, weight_shape, stride, padding, dilation, groups)
+    nd = xq.dim() - 2
+    want = (geo.n, geo.cout, *geo.out[3 - nd :])
+    if tuple(gq.shape) != want:
+        raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {want}")
+    g_, P, kg, cg = geo.groups, geo.positions, geo.kg, geo.cout_g
+    _check_int32_size(kg, P, geo.cin * math.prod(geo.spatial))
+    x = xq.contiguous()
+    dw = torch.zeros((geo.cout, kg), dtype=torch.int32, device=xq.device)
+    chunk = geo.chunk(g_ * P * kg)
+    _check_int32_size(chunk * P)
+    for n0 in range(0, geo.n, chunk):
+        nn = min(chunk, geo.n - n0)
+        r = nn * P  # the reduction over this chunk's images and output positions
+        a = gq[n0 : n0 + nn].reshape(nn, geo.cout, P).transpose(0, 1).contiguous()  # (Cout, nn*P)
+        cols = torch.empty(g_ * kg * r, dtype=torch.int8, device=xq.device)
+        _im2col(x[n0 : n0 + nn], cols, geo, (P, kg * r, 1, r))  # cols[g][kidx][(n, p)]
+        part = torch.empty((geo.cout, kg), dtype=torch.int32, device=xq.device)
+        # per group: dw_g (Cout/G, kg) = g_g (Cout/G, nn*P) . cols_g (kg, nn*P)^T
+        plan = GemmPlan(cg, kg, r, 1, g_, (0, cg * r, r), (0, kg * r, r), (0, cg * kg, kg, 1))
+        _run_gemm(plan, a, cols, part)
+        dw += part  # int32 partial sums over batch chunks: exact within the contract
+    return dw.reshape(weight_shape)
+
+
+# ----------------------------------------------------------------------------------------------------
+# quantization (repro.quant semantics, fused absmax)
+
+
+def _seed(generator: torch.Generator | None, device: torch.device) -> tuple[np.uint32, np.uint32]:
+    """A 64-bit Philox key drawn from the generator (or torch's default one for the device), so
+    ``torch.manual_seed`` makes stochastic rounding repeat, and every call draws a fresh stream."""
+    dev = generator.device if generator is not None else device
+    v = int(torch.randint(0, 2**62, (1,), generator=generator, device=dev, dtype=torch.int64).item())
+    return np.uint32(v & 0xFFFFFFFF), np.uint32(v >> 32)
+
+
+def _as_float_view(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, int, int, int, int | None]:
+    """x as contiguous float32 and its (outer, C, inner) split around ``axis``."""
+    xf = x.detach().float().contiguous()
+    if axis is None:
+        return xf, xf.numel(), 1, 1, None
+    if x.dim() == 0:
+        raise ValueError("per-channel quantization needs a tensor with at least one dimension")
+    axis = axis % x.dim()
+    outer = math.prod(x.shape[:axis])
+    inner = math.prod(x.shape[axis + 1 :])
+    return xf, outer, int(x.shape[axis]), inner, axis
+
+
+def _check_rounding(rounding: str) -> None:
+    if rounding not in ("nearest", "stochastic"):
+        raise ValueError(f"unknown rounding {rounding!r}; choose one of nearest, stochastic")
+
+
+def _raise_if_nonfinite(flag: torch.Tensor, x: torch.Tensor) -> None:
+    from repro.quant import NonFiniteError  # lazy: repro imports kernels
+
+    if int(flag.item()):
+        raise NonFiniteError(f"non-finite values in the quantizer's input of shape {tuple(x.shape)}")
+
+
+def quantize(x, scale, axis=None, rounding="nearest", generator=None) -> torch.Tensor:
+    """int8 codes of x clipped to [-scale, scale] (repro.quant.quantize on the GPU, one kernel)."""
+    _check_rounding(rounding)
+    _check_device(x)
+    xf, outer, c, inner, axis = _as_float_view(x, axis)
+    s = torch.as_tensor(scale, dtype=torch.float32, device=x.device).reshape(-1).contiguous()
+    if s.numel() != c:
+        what = "per-tensor quantization needs one scale" if axis is None else f"per-channel scale needs {c}"
+        raise ValueError(f"{what}, got shape {tuple(torch.as_tensor(scale).shape)}")
+    if not bool(torch.isfinite(s).all()):
+        from repro.quant import NonFiniteError
+
+        raise NonFiniteError("non-finite values in the quantizer's scale")
+    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    if xf.numel() == 0:
+        return q
+    flag = torch.zeros(1, dtype=torch.int32, device=x.device)
+    lo, hi = _seed(generator, x.device) if rounding == "stochastic" else (np.uint32(0), np.uint32(0))
+    args = (
+        xf, q, s, np.int64(xf.numel()), np.int32(c), np.int64(inner),
+        np.int32(rounding == "stochastic"), lo, hi, flag,
+    )  # fmt: skip
+    _launch("quantize", "quantize_kernel", (grid_1d(xf.numel()), 1, 1), (THREADS, 1, 1), args)
+    _raise_if_nonfinite(flag, x)
+    return q
+
+
+def absmax_quantize(x, axis=None, rounding="nearest", generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, s) with s = max|x| (per tensor, a 0-d tensor, or per slice along ``axis``) and q =
+    quantize(x, s, axis, rounding): repro.quant.absmax then quantize, fused on the GPU."""
+    _check_rounding(rounding)
+    _check_device(x)
+    xf, outer, c, inner, axis = _as_float_view(x, axis)
+    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+    flag = torch.zeros(1, dtype=torch.int32, device=x.device)
+    lo, hi = _seed(generator, x.device) if rounding == "stochastic" else (np.uint32(0), np.uint32(0))
+    stochastic = np.int32(rounding == "stochastic")
+    if axis is None:
+        # amax as float32 bits (atomicMax on non-negative floats' bits), read in place by the quantizer
+        amax = torch.zeros(1, dtype=torch.int32, device=x.device)
+        if xf.numel():
+            grid = (min(grid_1d(xf.numel()), 1024), 1, 1)
+            _launch(
+                "quantize", "absmax_tensor", grid, (THREADS, 1, 1), (xf, np.int64(xf.numel()), amax, flag)
+            )
+            args = (xf, q, amax, np.int64(xf.numel()), np.int32(1), np.int64(1), stochastic, lo, hi, flag)
+            _launch("quantize", "quantize_kernel", (grid_1d(xf.numel()), 1, 1), (THREADS, 1, 1), args)
+        _raise_if_nonfinite(flag, x)
+        return q, amax.view(torch.float32).reshape(())
+    amax = torch.zeros(c, dtype=torch.float32, device=x.device)
+    if xf.numel():
+        args = (xf, q, amax, np.int64(outer), np.int32(c), np.int64(inner), stochastic, lo, hi, flag)
+        _launch("quantize", "absmax_quantize_channel", (c, 1, 1), (THREADS, 1, 1), args)
+    _raise_if_nonfinite(flag, x)
+    return q, amax
+
+
+# ----------------------------------------------------------------------------------------------------
+# host mirror of the generator (tests)
+
+
+def philox4x32_10(counter, key) -> np.ndarray:
+    """Philox4x32-10 on the host, vectorized: counter (..., 4) and key (..., 2) uint32 -> (..., 4).
+    The same function as philox.cuh, checked against the Random123 known-answer vectors."""
+    mask = np.uint64(0xFFFFFFFF)
+    c = np.asarray(counter, dtype=np.uint64) & mask
+    k = np.asarray(key, dtype=np.uint64) & mask
+    shape = np.broadcast_shapes(c.shape[:-1], k.shape[:-1])
+    c0, c1, c2, c3 = (np.broadcast_to(c[..., i], shape).copy() for i in range(4))
+    k0, k1 = (np.broadcast_to(k[..., i], shape).copy() for i in range(2))
+    for r in range(10):
+        if r:
+            k0 = (k0 + np.uint64(0x9E3779B9)) & mask
+            k1 = (k1 + np.uint64(0xBB67AE85)) & mask
+        p0 = np.uint64(0xD2511F53) * c0
+        p1 = np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = (
+            (p1 >> np.uint64(32)) ^ c1 ^ k0,
+            p1 & mask,
+            (p0 >> np.uint64(32)) ^ c3 ^ k1,
+            p0 & mask,
+        )
+    return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)
+
+
+def philox_uniform(index, seed_lo: int, seed_hi: int) -> np.ndarray:
+    """u in [0, 1) (float32, 24 bits) of element ``index`` under the key (seed_lo, seed_hi), as the kernel."""
+    index = np.asarray(index, dtype=np.uint64)
+    ctr = np.stack([index & np.uint64(0xFFFFFFFF), index >> np.uint64(32), 0 * index, 0 * index], axis=-1)
+    r = philox4x32_10(ctr, np.array([seed_lo, seed_hi], dtype=np.uint64))[..., 0]
+    return (r >> 8).astype(np.float32) * np.float32(2.0**-24)

@@ -1,0 +1,68 @@
+// Shared by the int8 GEMM kernels: the operand addressing and the epilogue.
+//
+// Every GEMM computes, for each batch entry (b1, b2) = (blockIdx.z / nb2, blockIdx.z % nb2),
+//     C[m, n] = sum_k A[m, k] * B[n, k]        (int8 x int8 -> exact int32)
+// with A and B "K-contiguous" (unit stride along k; the host lays operands out so) and arbitrary 64-bit
+// strides elsewhere: A[m, k] = A + b1*sA1 + b2*sA2 + m*sAm + k, likewise B with sBn, and C[m, n] at
+// b1*sC1 + b2*sC2 + m*sCm + n*sCn. This one form covers linear layers (A row-major, B = W row-major is
+// mma's "col" operand) and every im2col convolution product (b1 = image, b2 = group).
+//
+// Epilogue: with Cf == nullptr the int32 sum is stored; otherwise the float
+//     Cf[m, n] = ((float)acc * alpha) * row_scale[m] * col_scale[n]
+// (each scale optional, multiplied in this order, round-to-nearest, no FMA) - the dequantization with
+// per-tensor scales (alpha) and per-channel ones (a per-channel GW scale is a row scale of the weight
+// gradient GEMM, whose rows are output channels).
+
+#define GEMM_BM 64
+#define GEMM_BN 64
+#define GEMM_BK 32
+
+struct GemmArgs {
+    const signed char* A;
+    const signed char* B;
+    int* C;
+    float* Cf;
+    const float* row_scale;
+    const float* col_scale;
+    float alpha;
+    int M, N, K, nb2;
+    long long sA1, sA2, sAm, sB1, sB2, sBn, sC1, sC2, sCm, sCn;
+};
+
+// Copies a GEMM_BM x GEMM_BK tile of a K-contiguous operand (rows r0.., columns k0..) into shared memory
+// as bytes, zero outside [0, rows) x [0, K): the zero padding makes any K (not only multiples of 32) exact.
+// `stride_words` is the shared row stride in 32-bit words (padded against bank conflicts).
+__device__ __forceinline__ void load_tile(const signed char* __restrict__ base, long long row_stride, int rows,
+                                          int K, int r0, int k0, int* tile, int stride_words) {
+    signed char* bytes = reinterpret_cast<signed char*>(tile);
+    for (int e = threadIdx.x; e < GEMM_BM * GEMM_BK; e += blockDim.x) {
+        const int r = e / GEMM_BK, kk = e % GEMM_BK;
+        const int gr = r0 + r, gk = k0 + kk;
+        signed char v = 0;
+        if (gr < rows && gk < K) v = base[(long long)gr * row_stride + gk];
+        bytes[r * stride_words * 4 + kk] = v;
+    }
+}
+
+__device__ __forceinline__ void store_result(const GemmArgs& g, long long c_off, int m, int n, int acc) {
+    if (m >= g.M || n >= g.N) return;
+    const long long off = c_off + (long long)m * g.sCm + (long long)n * g.sCn;
+    if (g.Cf == nullptr) {
+        g.C[off] = acc;
+        return;
+    }
+    float v = __fmul_rn((float)acc, g.alpha);
+    if (g.row_scale != nullptr) v = __fmul_rn(v, g.row_scale[m]);
+    if (g.col_scale != nullptr) v = __fmul_rn(v, g.col_scale[n]);
+    g.Cf[off] = v;
+}
+
+#define GEMM_PARAMS                                                                                        \
+    const signed char *__restrict__ A, const signed char *__restrict__ B, int *C, float *Cf,              \
+        const float *row_scale, const float *col_scale, float alpha, int M, int N, int K, int nb2,        \
+        long long sA1, long long sA2, long long sAm, long long sB1, long long sB2, long long sBn,         \
+        long long sC1, long long sC2, long long sCm, long long sCn
+
+#define GEMM_ARGS_STRUCT                                                                                   \
+    GemmArgs g = {A, B, C, Cf, row_scale, col_scale, alpha, M, N, K, nb2,                                  \
+                  sA1, sA2, sAm, sB1, sB2, sBn, sC1, sC2, sCm, sCn}

@@ -1,0 +1,485 @@
+"""The CUDA backend (kernels.cuda): GPU tests, and the same kernels run on the CPU without a GPU.
+
+* GPU tests (skipped here, no CUDA device): kernels.cuda equals kernels.reference bit for bit over the
+  shape grid of the CPU tests (tests/test_backend.py), through both GEMMs the device can run; the
+  fused quantizer equals repro.quant (nearest: bit for bit; stochastic: codes are floor or ceil of the
+  scaled value, the host Philox mirror gives the same codes, and the mean is unbiased).
+* CPU-harness tests (run everywhere g++ exists): the kernel sources in kernels/cuda/ compiled by g++
+  with kernels/cuda/cpu_shim.h, which stands in for the CUDA runtime (threads, barriers, shared memory,
+  an emulated warp-wide mma.sync from the PTX fragment tables). kernels.cuda's host code launches
+  them through its one seam (``_launch``) on CPU tensors, so the host planning (strides, batch chunks,
+  groups), the kernels' indexing, tiling and K padding, and the quantizer's arithmetic are checked
+  bit for bit against kernels.reference and repro.quant. This is not a GPU run.
+* Host logic without any kernel: architecture choice, launch geometry, argument checks, and the
+  host Philox mirror against the Random123 known-answer vectors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from test_backend import CIN, CPU_GRID, assert_same, both, conv_case, rand_i8
+
+import kernels
+from kernels import cuda, reference
+from repro import quant
+
+NO_GPU = (
+    "no CUDA device here: the GPU tests run unchanged on a machine with one (kernels.cuda is compiled "
+    "in CI and its kernels run on the CPU harness)"
+)
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
+
+
+# ------------------------------------------------------------------------------------------------
+# host logic, no kernel
+
+
+def test_get_backend_cuda():
+    assert kernels.get_backend("cuda") is cuda
+    assert kernels.get_backend(torch.device("cuda", 1)) is cuda
+    for name in reference.__all__:
+        assert callable(getattr(cuda, name))
+
+
+def test_philox_known_answers():
+    """Random123's kat_vectors for philox4x32-10 (counter, key -> output)."""
+    cases = [
+        ([0, 0, 0, 0], [0, 0], [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
+        ([0xFFFFFFFF] * 4, [0xFFFFFFFF] * 2, [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]),
+        (
+            [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344],
+            [0xA4093822, 0x299F31D0],
+            [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1],
+        ),
+    ]
+    for ctr, key, want in cases:
+        assert cuda.philox4x32_10(ctr, key).tolist() == want
+    u = cuda.philox_uniform(np.arange(100_000), 123, 456)
+    assert u.dtype == np.float32 and u.min() >= 0 and u.max() < 1
+    assert abs(float(u.mean()) - 0.5) < 0.005
+
+
+def test_target_architecture_choice():
+    supported = (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
+    assert cuda.target_for(80, supported) == (80, False)
+    assert cuda.target_for(89, supported) == (89, False)
+    assert cuda.target_for(91, supported) == (90, True)  # unknown to NVRTC: PTX of the newest lower one
+    for cc in (61, 70):
+        with pytest.raises(RuntimeError, match="Turing"):
+            cuda.target_for(cc, supported)
+    assert cuda.gemm_module_for(75) == "gemm_dp4a"
+    assert cuda.gemm_module_for(86) == "gemm_imma"
+    assert cuda.gemm_module_for(90) == "gemm_imma"
+    with pytest.raises(RuntimeError, match="6.1"):
+        cuda.gemm_module_for(60)
+    assert cuda.ci_archs("gemm_imma", supported) == (80, 90)
+    assert cuda.ci_archs("gemm_dp4a", supported) == (75, 80, 90)
+
+
+def test_launch_geometry():
+    assert cuda.grid_1d(0) == 1 and cuda.grid_1d(1) == 1 and cuda.grid_1d(256) == 1 and cuda.grid_1d(257) == 2
+    assert cuda.grid_1d(10**12) == cuda.MAX_GRID_BLOCKS
+    plan = cuda.GemmPlan(65, 128, 3, 2, 3, (0, 0, 3), (0, 0, 3), (0, 0, 128, 1))
+    assert plan.grid() == (2, 2, 6)
+    with pytest.raises(ValueError, match="too large"):
+        cuda.GemmPlan(64 * 65536, 1, 1, 1, 1, (0, 0, 1), (0, 0, 1), (0, 0, 1, 1)).grid()
+    geo = cuda.ConvGeometry.of((5, 4, 9), (8, 2, 3), 2, 1, 1, 2)
+    assert geo.spatial == (1, 1, 9) and geo.out == (1, 1, 5) and geo.k == (1, 1, 3) and geo.p == (0, 0, 1)
+    assert geo.kg == 6 and geo.positions == 5 and geo.cout_g == 4
+    assert geo.chunk(100, budget=250) == 2 and geo.chunk(1, budget=10**9) == 5
+    dw = cuda.ConvGeometry.of((4, 40000, 3, 3), (40000, 1, 3, 3), 1, 1, 1, 40000)
+    assert dw.chunk(1) == 1  # images x groups stay within one launch's gridDim.z
+
+
+def test_rejects_bad_arguments_without_gpu():
+    x = torch.zeros((1, 4, 5, 5), dtype=torch.int8)
+    w = torch.zeros((8, 4, 3, 3), dtype=torch.int8)
+    with pytest.raises(ValueError, match="CUDA device"):
+        cuda.conv_forward(x, w)
+    with pytest.raises(TypeError):
+        cuda.conv_forward(x.float(), w)
+    with pytest.raises(ValueError, match="CUDA device"):
+        cuda.quantize(torch.zeros(3), 1.0)
+    with pytest.raises(ValueError, match="rounding"):
+        cuda.quantize(torch.zeros(3), 1.0, rounding="up")
+
+
+# ------------------------------------------------------------------------------------------------
+# the kernels on the CPU harness
+
+_CTYPES = {
+    np.int32: ctypes.c_int32,
+    np.int64: ctypes.c_int64,
+    np.uint32: ctypes.c_uint32,
+    np.uint64: ctypes.c_uint64,
+    np.float32: ctypes.c_float,
+}
+
+
+class CpuHarness:
+    """kernels/cuda/*.cu compiled by g++ against cpu_shim.h; ``launch`` replaces kernels.cuda._launch."""
+
+    def __init__(self, workdir):
+        self.workdir = workdir
+        self.libs = {}
+        self.launches = []
+
+    def lib(self, module: str):
+        if module not in self.libs:
+            mod = cuda.MODULES[module]
+            src = cuda.source(module) + "\n" + "".join(f"SHIM_EXPORT({k})\n" for k in mod.kernels)
+            cpp = self.workdir / f"{module}.cpp"
+            so = self.workdir / f"{module}.so"
+            cpp.write_text(src)
+            cmd = ["g++", "-std=c++20", "-O1", "-fPIC", "-shared", "-ffp-contract=off", "-pthread", "-w"]
+            cmd += ["-include", str(cuda.SOURCE_DIR / "cpu_shim.h"), "-x", "c++", str(cpp), "-o", str(so)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            assert res.returncode == 0, f"g++ could not build {module} for the CPU harness:\n{res.stderr}"
+            self.libs[module] = ctypes.CDLL(str(so))
+        return self.libs[module]
+
+    def launch(self, module, kernel, grid, block, args):
+        objs = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                assert a.device.type == "cpu"
+                objs.append(ctypes.c_void_p(a.data_ptr()))
+            elif a is None:
+                objs.append(ctypes.c_void_p(0))
+            else:
+                objs.append(_CTYPES[type(a)](a.item()))
+        ptrs = (ctypes.c_void_p * len(objs))(*[ctypes.cast(ctypes.pointer(o), ctypes.c_void_p) for o in objs])
+        fn = getattr(self.lib(module), f"shim_launch_{kernel}")
+        fn.restype = None
+        fn(*(ctypes.c_uint(int(v)) for v in (*grid, *block)), ptrs)
+        self.launches.append((module, kernel, tuple(grid), tuple(block)))
+
+
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is needed to run the CUDA kernel sources on the CPU harness")
+    return CpuHarness(tmp_path_factory.mktemp("cuda_cpu_harness"))
+
+
+@pytest.fixture(params=["gemm_imma", "gemm_dp4a"])
+def on_cpu(request, harness, monkeypatch):
+    """kernels.cuda with its launches going to the CPU harness, CPU tensors accepted, and the GEMM
+    of an sm_80+ (IMMA) or an sm_75 (dp4a) device."""
+    harness.launches.clear()
+    monkeypatch.setattr(cuda, "_launch", harness.launch)
+    monkeypatch.setattr(cuda, "_check_device", lambda *t: None)
+    monkeypatch.setattr(cuda, "_gemm_module", lambda device: request.param)
+    return harness
+
+
+# a spread of the CPU tests' grid that still has every dimension, kernel size, stride, padding,
+# dilation and grouping (the whole grid runs on the GPU; the CPU harness is slow)
+HARNESS_GRID = [case for i, case in enumerate(CPU_GRID) if i % 11 == 0] + [
+    (2, 3, 2, 1, 2, "dw", 3),
+    (2, 3, 2, 1, 1, 2, 1),
+    (3, 3, 2, 0, 1, 1, 2),
+    (1, 5, 2, 1, 2, 1, 2),
+]
+
+
+@pytest.mark.parametrize("nd,k,s,p,d,groups,n", HARNESS_GRID)
+def test_harness_conv_matches_reference(on_cpu, nd, k, s, p, d, groups, n):
+    gen = torch.Generator().manual_seed(CPU_GRID.index((nd, k, s, p, d, groups, n)))
+    case = conv_case(nd, k, s, p, d, groups, n, gen)
+    if case is None:
+        pytest.skip("empty output")
+    x, w, g = case
+    want = both(nd, k, s, p, d, groups, x, w, g, reference)
+    got = both(nd, k, s, p, d, groups, x, w, g, cuda)
+    for what, a, b in zip(("forward", "input grad", "weight grad"), got, want, strict=True):
+        assert_same(a, b, what)
+    gemm = {launch[1] for launch in on_cpu.launches if launch[0].startswith("gemm")}
+    assert gemm == {cuda._gemm_module(None)}
+
+
+def test_harness_conv_batch_chunks_and_wide_channels(on_cpu, monkeypatch):
+    """Several batch chunks (weight-grad partial sums, offsets into y/dx), K over several 32-wide
+    tiles and not a multiple of 32, M and N over several 64-wide tiles with ragged edges."""
+    monkeypatch.setattr(cuda, "_CHUNK_BYTES", 1)  # one image per chunk
+    gen = torch.Generator().manual_seed(21)
+    x, w = rand_i8((3, 70, 5, 6), gen), rand_i8((66, 35, 3, 3), gen)  # Kg = 35*9 = 315
+    args = (1, 1, 1, 2)
+    g = rand_i8(reference.conv_forward(x, w, *args).shape, gen)
+    assert_same(cuda.conv_forward(x, w, *args), reference.conv_forward(x, w, *args), "forward")
+    assert_same(cuda.conv_input_grad(g, w, x.shape, *args), reference.conv_input_grad(g, w, x.shape, *args))
+    assert_same(cuda.conv_weight_grad(x, g, w.shape, *args), reference.conv_weight_grad(x, g, w.shape, *args))
+
+
+def test_harness_conv_non_contiguous_operands(on_cpu):
+    gen = torch.Generator().manual_seed(8)
+    x, w, g = conv_case(2, 3, 2, 1, 1, 2, 2, gen)
+    xs, ws, gs = (t.transpose(0, 1).contiguous().transpose(0, 1) for t in (x, w, g))
+    want = both(2, 3, 2, 1, 1, 2, x, w, g, reference)
+    got = both(2, 3, 2, 1, 1, 2, xs, ws, gs, cuda)
+    for what, a, b in zip(("forward", "input grad", "weight grad"), got, want, strict=True):
+        assert_same(a, b, what)
+
+
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 1, 1), (5, 1, 3), (2, 3, 1), (64, 48, 40), (33, 130, 17), (70, 31, 129)]
+)
+def test_harness_linear_matches_reference(on_cpu, m, k, n):
+    gen = torch.Generator().manual_seed(m * 10_000 + k * 100 + n)
+    x, w, g = rand_i8((m, k), gen), rand_i8((n, k), gen), rand_i8((m, n), gen)
+    assert_same(cuda.linear_forward(x, w), reference.linear_forward(x, w), "forward")
+    assert_same(cuda.linear_input_grad(g, w), reference.linear_input_grad(g, w), "input grad")
+    assert_same(cuda.linear_weight_grad(x, g), reference.linear_weight_grad(x, g), "weight grad")
+
+
+def test_harness_extreme_values(on_cpu):
+    """All +-127 (the largest products) and -128 bytes, which the GEMMs must treat as signed."""
+    x = torch.full((3, 200), 127, dtype=torch.int8)
+    x[1] = -127
+    x[2, ::3] = -128
+    w = torch.full((4, 200), -127, dtype=torch.int8)
+    w[1, 1::2] = 127
+    assert_same(cuda.linear_forward(x, w), reference.linear_forward(x, w))
+
+
+def test_harness_gemm_epilogue(on_cpu):
+    """The dequantizing epilogue: ((acc * alpha) * row_scale[m]) * col_scale[n], float32, no FMA."""
+    gen = torch.Generator().manual_seed(3)
+    a, b = rand_i8((37, 45), gen), rand_i8((29, 45), gen)
+    rs = torch.rand(37, generator=gen) + 0.1
+    cs = torch.rand(29, generator=gen) + 0.1
+    acc = reference.linear_forward(a, b)
+    want = (acc.float() * 0.37) * rs[:, None] * cs[None, :]
+    got = cuda.gemm(a, b, row_scale=rs, col_scale=cs, alpha=0.37)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    assert torch.equal(cuda.gemm(a, b, row_scale=rs), acc.float() * 1.0 * rs[:, None])
+    assert_same(cuda.gemm(a, b), acc)
+
+
+QUANT_CASES = [
+    ((37,), None),
+    ((3, 5, 7), None),
+    ((6, 4, 3, 3), 0),  # weights, per output channel
+    ((2, 5, 4, 3), 1),  # activations / gradients, per channel
+    ((4, 9), -1),
+    ((300, 2), 1),
+]
+
+
+def _scaled(x: torch.Tensor, s: torch.Tensor, axis) -> torch.Tensor:
+    """The value before rounding, exactly as repro.quant computes it."""
+    sb = quant._broadcast(s, x, axis)
+    inv = torch.where(
+        sb > 0, quant.QMAX / sb.clamp_min(torch.finfo(torch.float32).tiny), torch.zeros_like(sb)
+    )
+    return (x.float() * inv).clamp_(-quant.QMAX, quant.QMAX)
+
+
+@pytest.mark.parametrize("shape,axis", QUANT_CASES)
+def test_harness_quantize_nearest_matches_repro(on_cpu, shape, axis):
+    gen = torch.Generator().manual_seed(len(shape) * 10 + (axis or 0))
+    x = torch.randn(shape, generator=gen) * 3
+    x.view(-1)[0] = 0.5  # ties (half to even) and exact zeros
+    x.view(-1)[-1] = 0.0
+    if axis is not None:
+        x.select(axis, 0).zero_()  # an all-zero channel: scale 0, codes 0
+    s_want = quant.absmax(x, axis)
+    q, s = cuda.absmax_quantize(x, axis)
+    assert torch.equal(s, s_want) and s.dtype == torch.float32 and s.shape == s_want.shape
+    assert torch.equal(q, quant.quantize(x, s_want, axis)) and q.dtype == torch.int8
+    s_other = s_want * 0.5  # clipping
+    assert torch.equal(cuda.quantize(x, s_other, axis), quant.quantize(x, s_other, axis))
+    # the kernel's rounding ties: v = 0.5 * 127 / s exactly representable halves
+    x2 = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -126.5, 200.0, -200.0])
+    assert torch.equal(cuda.quantize(x2, 127.0), quant.quantize(x2, 127.0))
+
+
+@pytest.mark.parametrize("shape,axis", QUANT_CASES)
+def test_harness_quantize_stochastic(on_cpu, shape, axis):
+    """Codes are floor or ceil of the scaled value, equal the host Philox mirror, repeat with the seed."""
+    gen = torch.Generator().manual_seed(99)
+    x = torch.randn(shape, generator=gen)
+    q, s = cuda.absmax_quantize(x, axis, "stochastic", generator=torch.Generator().manual_seed(5))
+    v = _scaled(x, s, axis)
+    assert bool(((q.float() == v.floor()) | (q.float() == v.ceil())).all())
+    seed = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(5)).item())
+    u = torch.from_numpy(cuda.philox_uniform(np.arange(x.numel()), seed & 0xFFFFFFFF, seed >> 32))
+    want = (v.reshape(-1) + u).floor().clamp(-127, 127).to(torch.int8).reshape(shape)
+    assert torch.equal(q, want)
+    q2 = cuda.quantize(x, s, axis, "stochastic", generator=torch.Generator().manual_seed(5))
+    assert torch.equal(q2, q)
+
+
+def test_harness_stochastic_rounding_unbiased(on_cpu):
+    """E[q] = v: the mean code of many copies of each value is within 5 standard errors of v."""
+    values = torch.tensor([0.1, 0.25, 0.5, 0.9, -0.3, -0.77, 3.5, 126.6, 0.0])
+    copies = 2000
+    x = values.repeat(copies, 1)  # (copies, 9)
+    q = cuda.quantize(x, 127.0, None, "stochastic", generator=torch.Generator().manual_seed(1)).double()
+    mean = q.mean(0)
+    frac = values.double() - values.double().floor()
+    stderr = (frac * (1 - frac) / copies).sqrt().clamp_min(1e-3)
+    assert bool(((mean - values.double()).abs() < 5 * stderr).all()), (mean, values)
+
+
+def test_harness_quantize_nonfinite_raises(on_cpu):
+    for bad in (float("nan"), float("inf")):
+        x = torch.ones(50)
+        x[17] = bad
+        with pytest.raises(quant.NonFiniteError):
+            cuda.absmax_quantize(x)
+        with pytest.raises(quant.NonFiniteError):
+            cuda.absmax_quantize(x.reshape(5, 10), axis=1)
+        with pytest.raises(quant.NonFiniteError):
+            cuda.quantize(x, 1.0)
+    with pytest.raises(quant.NonFiniteError):
+        cuda.quantize(torch.ones(3), float("nan"))
+
+
+# ------------------------------------------------------------------------------------------------
+# GPU: bit-exact to the reference over the CPU tests' grid, both GEMM kernels where the device has both
+
+
+def _gpu_gemms():
+    if not torch.cuda.is_available():
+        return ["gemm_imma", "gemm_dp4a"]
+    cc = cuda._device_cc(0)
+    return [m for m in ("gemm_imma", "gemm_dp4a") if cc >= cuda.MODULES[m].min_arch]
+
+
+@pytest.fixture(params=_gpu_gemms())
+def gpu_gemm(request, monkeypatch):
+    monkeypatch.setattr(cuda, "_gemm_module", lambda device: request.param)
+    return request.param
+
+
+def _cuda(*ts):
+    return tuple(t.cuda() for t in ts)
+
+
+@gpu
+@pytest.mark.parametrize("nd,k,s,p,d,groups,n", CPU_GRID)
+def test_gpu_conv_matches_reference(gpu_gemm, nd, k, s, p, d, groups, n):
+    gen = torch.Generator().manual_seed(CPU_GRID.index((nd, k, s, p, d, groups, n)))
+    case = conv_case(nd, k, s, p, d, groups, n, gen)
+    if case is None:
+        pytest.skip("empty output")
+    x, w, g = case
+    want = both(nd, k, s, p, d, groups, x, w, g, reference)
+    got = both(nd, k, s, p, d, groups, *_cuda(x, w, g), cuda)
+    for what, a, b in zip(("forward", "input grad", "weight grad"), got, want, strict=True):
+        assert a.device.type == "cuda"
+        assert_same(a.cpu(), b, what)
+
+
+@gpu
+def test_gpu_conv_large_and_chunked(gpu_gemm, monkeypatch):
+    gen = torch.Generator().manual_seed(4)
+    x, w = rand_i8((3, 64, 9, 10), gen), rand_i8((96, 32, 3, 3), gen)
+    args = (2, 1, 1, 2)
+    g = rand_i8(reference.conv_forward(x, w, *args).shape, gen)
+    for budget in (1, 1 << 28):
+        monkeypatch.setattr(cuda, "_CHUNK_BYTES", budget)
+        got = both_gpu = (
+            cuda.conv_forward(*_cuda(x, w), *args),
+            cuda.conv_input_grad(*_cuda(g, w), x.shape, *args),
+            cuda.conv_weight_grad(*_cuda(x, g), w.shape, *args),
+        )
+        want = (
+            reference.conv_forward(x, w, *args),
+            reference.conv_input_grad(g, w, x.shape, *args),
+            reference.conv_weight_grad(x, g, w.shape, *args),
+        )
+        for a, b in zip(got, want, strict=True):
+            assert_same(a.cpu(), b)
+        del both_gpu
+
+
+@gpu
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 1), (5, 1, 3), (2, 3, 1), (64, 48, 40), (33, 130, 17)])
+def test_gpu_linear_matches_reference(gpu_gemm, m, k, n):
+    gen = torch.Generator().manual_seed(m * 10_000 + k * 100 + n)
+    x, w, g = rand_i8((m, k), gen), rand_i8((n, k), gen), rand_i8((m, n), gen)
+    xc, wc, gc = _cuda(x, w, g)
+    assert_same(cuda.linear_forward(xc, wc).cpu(), reference.linear_forward(x, w))
+    assert_same(cuda.linear_input_grad(gc, wc).cpu(), reference.linear_input_grad(g, w))
+    assert_same(cuda.linear_weight_grad(xc, gc).cpu(), reference.linear_weight_grad(x, g))
+
+
+@gpu
+def test_gpu_linear_at_the_int32_limit(gpu_gemm):
+    k = 133_143
+    x = torch.full((3, k), 127, dtype=torch.int8)
+    x[1] = -127
+    w = torch.full((2, k), 127, dtype=torch.int8)
+    y = cuda.linear_forward(*_cuda(x, w)).cpu()
+    assert_same(y, reference.linear_forward(x, w))
+    assert int(y[0, 0]) == k * 127**2
+
+
+@gpu
+def test_gpu_gemm_epilogue(gpu_gemm):
+    gen = torch.Generator().manual_seed(3)
+    a, b = rand_i8((70, 100), gen), rand_i8((65, 100), gen)
+    rs, cs = torch.rand(70, generator=gen) + 0.1, torch.rand(65, generator=gen) + 0.1
+    want = (reference.linear_forward(a, b).float() * 0.37) * rs[:, None] * cs[None, :]
+    got = cuda.gemm(*_cuda(a, b), row_scale=rs.cuda(), col_scale=cs.cuda(), alpha=0.37)
+    assert torch.equal(got.cpu(), want)
+
+
+@gpu
+@pytest.mark.parametrize("shape,axis", QUANT_CASES)
+def test_gpu_quantize_matches_repro(shape, axis):
+    gen = torch.Generator().manual_seed(7)
+    x = (torch.randn(shape, generator=gen) * 3).cuda()
+    q, s = cuda.absmax_quantize(x, axis)
+    s_want = quant.absmax(x, axis)
+    assert torch.equal(s, s_want)
+    assert torch.equal(q, quant.quantize(x, s_want, axis))
+    assert torch.equal(q.cpu(), quant.quantize(x.cpu(), s_want.cpu(), axis))
+    qs, s2 = cuda.absmax_quantize(x, axis, "stochastic", generator=torch.Generator().manual_seed(5))
+    v = _scaled(x.cpu(), s2.cpu(), axis)
+    qs = qs.cpu().float()
+    assert bool(((qs == v.floor()) | (qs == v.ceil())).all())
+    seed = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(5)).item())
+    u = torch.from_numpy(cuda.philox_uniform(np.arange(x.numel()), seed & 0xFFFFFFFF, seed >> 32))
+    assert torch.equal(qs, (v.reshape(-1) + u).floor().clamp(-127, 127).reshape(shape))
+
+
+@gpu
+def test_gpu_stochastic_rounding_unbiased():
+    values = torch.tensor([0.1, 0.25, 0.5, 0.9, -0.3, -0.77, 3.5, 126.6, 0.0])
+    copies = 200_000
+    x = values.repeat(copies, 1).cuda()
+    torch.manual_seed(0)
+    q = cuda.quantize(x, 127.0, None, "stochastic").double()
+    torch.manual_seed(0)
+    assert torch.equal(cuda.quantize(x, 127.0, None, "stochastic").double(), q)  # runs repeat
+    mean = q.mean(0).cpu()
+    frac = values.double() - values.double().floor()
+    stderr = (frac * (1 - frac) / copies).sqrt().clamp_min(1e-4)
+    assert bool(((mean - values.double()).abs() < 5 * stderr).all()), (mean, values)
+
+
+@gpu
+def test_gpu_quantize_nonfinite_raises():
+    x = torch.ones(1000, device="cuda")
+    x[500] = float("nan")
+    with pytest.raises(quant.NonFiniteError):
+        cuda.absmax_quantize(x)
+    with pytest.raises(quant.NonFiniteError):
+        cuda.quantize(x, 1.0)
+
+
+@gpu
+def test_gpu_rejects_cpu_tensors():
+    w = torch.zeros((8, 4, 3, 3), dtype=torch.int8, device="cuda")
+    with pytest.raises(ValueError, match="CUDA device"):
+        cuda.conv_forward(torch.zeros((1, 4, 5, 5), dtype=torch.int8), w)
+    assert CIN == 4
