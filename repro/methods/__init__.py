@@ -32,6 +32,6 @@ def build_method(method: str | Method, **options: Any) -> Method:
 
 
 # Importing the modules registers the methods.
-from repro.methods import daiq, fp32, gq, ui8, wageubn  # noqa: E402, F401
+from repro.methods import afp, daiq, dorefa, fp8, fp32, gq, ui8, wage, wageubn  # noqa: E402, F401
 
 __all__ = ["GradCodes", "LayerQuantizer", "Method", "METHODS", "build_method", "list_methods", "register"]

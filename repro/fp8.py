@@ -1,0 +1,74 @@
+"""Low-precision floating-point formats, simulated in float32: FP8 (1-5-2) and FP16 (1-6-9) of Wang et al.
+
+Wang et al., "Training Deep Neural Networks with 8-bit Floating Point Numbers", NeurIPS 2018: data
+(weights, activations, errors, weight gradients) in FP8 with 1 sign, 5 exponent and 2 mantissa bits;
+accumulations and weight updates in FP16 with 1 sign, 6 exponent and 9 mantissa bits.
+
+`round_to(x, fmt)` returns the float32 tensor of the values of `fmt` nearest to x (round half to even),
+or with stochastic rounding an unbiased choice between the two neighbours. Both keep subnormals (the
+grid below 2^emin has the spacing of the lowest binade) and saturate at +-max instead of producing Inf.
+The exponent bias is 2^(e-1) - 1 and the top exponent code is kept for Inf/NaN as in IEEE 754 (so 1-5-2
+is the E5M2 grid: max 57344, smallest subnormal 2^-16); the paper does not spell out its special values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from repro.quant import ROUNDINGS, check_finite
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    name: str
+    exp_bits: int
+    man_bits: int
+
+    @property
+    def bias(self) -> int:
+        return 2 ** (self.exp_bits - 1) - 1
+
+    @property
+    def emax(self) -> int:
+        return 2**self.exp_bits - 2 - self.bias  # the all-ones exponent is Inf/NaN (IEEE 754)
+
+    @property
+    def emin(self) -> int:
+        return 1 - self.bias
+
+    @property
+    def max(self) -> float:
+        return (2.0 - 2.0**-self.man_bits) * 2.0**self.emax
+
+    @property
+    def min_subnormal(self) -> float:
+        return 2.0 ** (self.emin - self.man_bits)
+
+
+FP8 = FloatFormat("FP8 (1-5-2)", 5, 2)  # Wang et al. sec. 3: W, A, E, G
+FP16 = FloatFormat("FP16 (1-6-9)", 6, 9)  # Wang et al. sec. 3: accumulation and weight update
+
+
+def round_to(
+    x: torch.Tensor, fmt: FloatFormat, rounding: str = "nearest", generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """x rounded to the grid of `fmt` (float32); raises NonFiniteError on NaN/Inf input."""
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"unknown rounding {rounding!r}; choose one of {', '.join(ROUNDINGS)}")
+    check_finite(x, f"the {fmt.name} rounding's input")
+    x = x.detach().float()
+    # frexp: x = m 2^e with 0.5 <= |m| < 1, so floor(log2|x|) = e - 1; below 2^emin the spacing stays
+    # that of the lowest binade (subnormals).
+    _, e = torch.frexp(x)
+    ulp_exp = (e - 1).clamp_(min=fmt.emin) - fmt.man_bits
+    ulp = torch.ldexp(torch.ones_like(x), ulp_exp)
+    v = x / ulp  # exact: ulp is a power of two
+    if rounding == "nearest":
+        v = v.round_()  # half to even, as IEEE 754's default
+    else:
+        # floor(v + u), u ~ U[0, 1): the upper neighbour with probability v - floor(v), so E[out] = x.
+        noise = torch.rand(v.shape, generator=generator, device=v.device, dtype=v.dtype)
+        v = v.add_(noise).floor_()
+    return v.mul_(ulp).clamp_(-fmt.max, fmt.max)
