@@ -224,16 +224,18 @@ def _launch(module: str, kernel: str, grid, block, args) -> None:
 
     device = next(a.device for a in args if isinstance(a, torch.Tensor))
     fn = _function(module, kernel, device.index)
-    converted = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            converted.append(cupy.from_dlpack(a.detach()) if a.numel() else np.uint64(a.data_ptr()))
-        elif a is None:
-            converted.append(np.uint64(0))
-        else:
-            converted.append(a)
-    stream = torch.cuda.current_stream(device)
-    with cupy.cuda.Device(device.index), cupy.cuda.ExternalStream(stream.cuda_stream, device.index):
+    # torch's current stream (through the CUDA stream protocol); inside it the DLPack exchanges need
+    # no synchronisation between streams
+    stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(device))
+    with cupy.cuda.Device(device.index), stream:
+        converted = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                converted.append(cupy.from_dlpack(a.detach()) if a.numel() else np.uint64(a.data_ptr()))
+            elif a is None:
+                converted.append(np.uint64(0))  # a null pointer
+            else:
+                converted.append(a)
         fn(tuple(int(v) for v in grid), tuple(int(v) for v in block), tuple(converted))
 
 

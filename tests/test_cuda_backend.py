@@ -82,6 +82,43 @@ def test_target_architecture_choice():
     assert cuda.ci_archs("gemm_dp4a", supported) == (75, 80, 90)
 
 
+def test_lazy_compile_and_disk_cache(monkeypatch, tmp_path):
+    """_function compiles for the device's architecture once, writes the cubin (or PTX) to the cache
+    directory and loads that file with cupy.RawModule (replaced here: loading needs a GPU)."""
+    import contextlib
+
+    import cupy
+
+    loaded = []
+
+    class FakeModule:
+        def __init__(self, path):
+            loaded.append(path)
+
+        def get_function(self, name):
+            return name
+
+    monkeypatch.setenv("REPRO_CUDA_CACHE", str(tmp_path))
+    monkeypatch.setattr(cupy, "RawModule", FakeModule)
+    monkeypatch.setattr(cupy.cuda, "Device", lambda index: contextlib.nullcontext())
+    cuda._function.cache_clear()
+    try:
+        for cc, suffix in ((86, "sm_86"), (91, "compute_90")):
+            monkeypatch.setattr(cuda, "_device_cc", lambda index, cc=cc: cc)
+            assert cuda._function("im2col", "im2col", cc) == "im2col"
+            (path,) = [p for p in tmp_path.iterdir() if suffix in p.name]
+            assert loaded[-1] == str(path)
+            head = path.read_bytes()[:200]
+            assert head[:4] == b"\x7fELF" if suffix.startswith("sm") else b".target sm_90" in head
+        mtime = path.stat().st_mtime_ns
+        cuda._function.cache_clear()
+        cuda._function("im2col", "im2col", 91)  # a new process: the file is reused, not rebuilt
+        assert path.stat().st_mtime_ns == mtime and len(list(tmp_path.iterdir())) == 2
+        assert not list(tmp_path.glob("*.part"))
+    finally:
+        cuda._function.cache_clear()
+
+
 def test_launch_geometry():
     assert cuda.grid_1d(0) == 1 and cuda.grid_1d(1) == 1 and cuda.grid_1d(256) == 1 and cuda.grid_1d(257) == 2
     assert cuda.grid_1d(10**12) == cuda.MAX_GRID_BLOCKS
@@ -168,15 +205,25 @@ def harness(tmp_path_factory):
     return CpuHarness(tmp_path_factory.mktemp("cuda_cpu_harness"))
 
 
+def _use_harness(harness, monkeypatch, gemm: str):
+    harness.launches.clear()
+    monkeypatch.setattr(cuda, "_launch", harness.launch)
+    monkeypatch.setattr(cuda, "_check_device", lambda *t: None)
+    monkeypatch.setattr(cuda, "_gemm_module", lambda device: gemm)
+    return harness
+
+
 @pytest.fixture(params=["gemm_imma", "gemm_dp4a"])
 def on_cpu(request, harness, monkeypatch):
     """kernels.cuda with its launches going to the CPU harness, CPU tensors accepted, and the GEMM
     of an sm_80+ (IMMA) or an sm_75 (dp4a) device."""
-    harness.launches.clear()
-    monkeypatch.setattr(cuda, "_launch", harness.launch)
-    monkeypatch.setattr(cuda, "_check_device", lambda *t: None)
-    monkeypatch.setattr(cuda, "_gemm_module", lambda device: request.param)
-    return harness
+    return _use_harness(harness, monkeypatch, request.param)
+
+
+@pytest.fixture
+def on_cpu_quant(harness, monkeypatch):
+    """The same for the quantizer, which uses no GEMM."""
+    return _use_harness(harness, monkeypatch, "none")
 
 
 # a spread of the CPU tests' grid that still has every dimension, kernel size, stride, padding,
@@ -282,7 +329,7 @@ def _scaled(x: torch.Tensor, s: torch.Tensor, axis) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("shape,axis", QUANT_CASES)
-def test_harness_quantize_nearest_matches_repro(on_cpu, shape, axis):
+def test_harness_quantize_nearest_matches_repro(on_cpu_quant, shape, axis):
     gen = torch.Generator().manual_seed(len(shape) * 10 + (axis or 0))
     x = torch.randn(shape, generator=gen) * 3
     x.view(-1)[0] = 0.5  # ties (half to even) and exact zeros
@@ -301,7 +348,7 @@ def test_harness_quantize_nearest_matches_repro(on_cpu, shape, axis):
 
 
 @pytest.mark.parametrize("shape,axis", QUANT_CASES)
-def test_harness_quantize_stochastic(on_cpu, shape, axis):
+def test_harness_quantize_stochastic(on_cpu_quant, shape, axis):
     """Codes are floor or ceil of the scaled value, equal the host Philox mirror, repeat with the seed."""
     gen = torch.Generator().manual_seed(99)
     x = torch.randn(shape, generator=gen)
@@ -316,7 +363,7 @@ def test_harness_quantize_stochastic(on_cpu, shape, axis):
     assert torch.equal(q2, q)
 
 
-def test_harness_stochastic_rounding_unbiased(on_cpu):
+def test_harness_stochastic_rounding_unbiased(on_cpu_quant):
     """E[q] = v: the mean code of many copies of each value is within 5 standard errors of v."""
     values = torch.tensor([0.1, 0.25, 0.5, 0.9, -0.3, -0.77, 3.5, 126.6, 0.0])
     copies = 2000
@@ -328,7 +375,7 @@ def test_harness_stochastic_rounding_unbiased(on_cpu):
     assert bool(((mean - values.double()).abs() < 5 * stderr).all()), (mean, values)
 
 
-def test_harness_quantize_nonfinite_raises(on_cpu):
+def test_harness_quantize_nonfinite_raises(on_cpu_quant):
     for bad in (float("nan"), float("inf")):
         x = torch.ones(50)
         x[17] = bad
