@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from repro.quant import check_finite
+from repro.quant import absmax, check_finite
 
 
 def d(k: int) -> float:
@@ -37,8 +37,8 @@ def Q(x: torch.Tensor, k: int) -> torch.Tensor:
 
 def R(x: torch.Tensor) -> torch.Tensor:
     """2^round(log2 max|x|) as a 0-d tensor; 1 for an all-zero tensor (whose Norm is 0 anyway)."""
-    check_finite(x, "a fixed-point quantizer's input")
-    m = x.detach().abs().amax().float()
+    m = absmax(x)  # one pass; a NaN or Inf anywhere in x shows up in max|x|
+    check_finite(m, "a fixed-point quantizer's input (its max|x|)")
     return torch.where(m > 0, torch.exp2(torch.round(torch.log2(m.clamp_min(1e-38)))), torch.ones_like(m))
 
 

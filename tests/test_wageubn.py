@@ -42,6 +42,8 @@ def test_r_and_norm():
     assert R(T([3.0])).item() == 4.0  # log2 3 = 1.58 -> 2
     assert R(torch.zeros(3)).item() == 1.0
     assert torch.equal(norm(T([0.3, -0.7])), T([0.6, -1.4]))
+    with pytest.raises(repro.NonFiniteError):  # a diverged run is recorded, not quantized
+        R(T([1.0, float("nan")]))
 
 
 def test_sd_stochastic_rounding_is_unbiased_and_clipped():
