@@ -569,7 +569,14 @@ def _raise_if_nonfinite(flag: torch.Tensor, x: torch.Tensor) -> None:
 
 
 def quantize(x, scale, axis=None, rounding="nearest", generator=None) -> torch.Tensor:
-    """int8 codes of x clipped to [-scale, scale] (repro.quant.quantize on the GPU, one kernel)."""
+    """int8 codes of x clipped to [-scale, scale] (repro.quant.quantize on the GPU, one kernel).
+
+    Nearest rounding gives repro.quant's codes bit for bit. Stochastic rounding has the same law
+    (floor(v + u), u uniform on the 2^-24 grid) but its own noise stream (Philox keyed by a seed drawn
+    from ``generator``), not torch.rand's. Differences from repro.quant: the codes are returned
+    contiguous (not in x's memory format), and NonFiniteError is raised for a NaN/Inf element only,
+    not for a finite tensor whose float32 sum overflows.
+    """
     _check_rounding(rounding)
     _check_device(x)
     xf, outer, c, inner, axis = _as_float_view(x, axis)

@@ -285,6 +285,17 @@ def test_harness_linear_matches_reference(on_cpu, m, k, n):
     assert_same(cuda.linear_weight_grad(x, g), reference.linear_weight_grad(x, g), "weight grad")
 
 
+def test_harness_unaligned_operands(on_cpu):
+    """Operands at odd byte offsets and with odd row strides take the bytewise loads; same results."""
+    gen = torch.Generator().manual_seed(12)
+    for m, k, n in [(5, 37, 3), (66, 64, 9), (3, 4, 2)]:
+        buf = rand_i8((m * k + n * k + 3,), gen)
+        x = buf[1 : 1 + m * k].view(m, k)  # starts at an odd address
+        w = buf[2 + m * k : 2 + m * k + n * k].view(n, k)
+        assert x.data_ptr() % 4 and w.data_ptr() % 4
+        assert_same(cuda.gemm(x, w), reference.linear_forward(x, w), f"{m}x{k}x{n}")
+
+
 def test_harness_extreme_values(on_cpu):
     """All +-127 (the largest products) and -128 bytes, which the GEMMs must treat as signed."""
     x = torch.full((3, 200), 127, dtype=torch.int8)

@@ -29,18 +29,27 @@ struct GemmArgs {
     long long sA1, sA2, sAm, sB1, sB2, sBn, sC1, sC2, sCm, sCn;
 };
 
-// Copies a GEMM_BM x GEMM_BK tile of a K-contiguous operand (rows r0.., columns k0..) into shared memory
-// as bytes, zero outside [0, rows) x [0, K): the zero padding makes any K (not only multiples of 32) exact.
-// `stride_words` is the shared row stride in 32-bit words (padded against bank conflicts).
+// Copies a GEMM_BM x GEMM_BK tile of a K-contiguous operand (rows r0.., columns k0..) into shared memory,
+// one 32-bit word (4 consecutive k, the lowest k in the lowest byte) per step, zero outside
+// [0, rows) x [0, K): the zero padding makes any K (not only multiples of 32) exact. A word that lies
+// inside K at a 4-byte aligned address is one load; others (the ragged end of K, operands at odd
+// offsets or row strides) are assembled from single bytes. `stride_words` is the shared row stride in
+// words (padded against bank conflicts).
 __device__ __forceinline__ void load_tile(const signed char* __restrict__ base, long long row_stride, int rows,
                                           int K, int r0, int k0, int* tile, int stride_words) {
-    signed char* bytes = reinterpret_cast<signed char*>(tile);
-    for (int e = threadIdx.x; e < GEMM_BM * GEMM_BK; e += blockDim.x) {
-        const int r = e / GEMM_BK, kk = e % GEMM_BK;
-        const int gr = r0 + r, gk = k0 + kk;
-        signed char v = 0;
-        if (gr < rows && gk < K) v = base[(long long)gr * row_stride + gk];
-        bytes[r * stride_words * 4 + kk] = v;
+    for (int e = threadIdx.x; e < GEMM_BM * (GEMM_BK / 4); e += blockDim.x) {
+        const int r = e / (GEMM_BK / 4), kw = e % (GEMM_BK / 4);
+        const int gr = r0 + r, gk = k0 + 4 * kw;
+        int word = 0;
+        if (gr < rows && gk < K) {
+            const signed char* src = base + (long long)gr * row_stride + gk;
+            if (gk + 3 < K && (reinterpret_cast<unsigned long long>(src) & 3ull) == 0) {
+                word = *reinterpret_cast<const int*>(src);
+            } else {
+                for (int j = 0; j < 4 && gk + j < K; ++j) word |= (int)(unsigned char)src[j] << (8 * j);
+            }
+        }
+        tile[r * stride_words + kw] = word;
     }
 }
 
