@@ -22,7 +22,7 @@ from torch import nn
 
 import kernels
 from repro.methods import LayerQuantizer, Method, build_method
-from repro.quant import QMAX
+from repro.quant import QMAX, float_inplace
 
 QUANTIZABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
@@ -39,7 +39,7 @@ class _Int8ConvFunction(torch.autograd.Function):
         backend = kernels.get_backend(x.device)
         xq, sx = quantizer.activation(x)
         wq, sw = quantizer.weight(weight)
-        out = backend.conv_forward(xq, wq, *geometry).float().mul_(sx * sw / QMAX**2)
+        out = float_inplace(backend.conv_forward(xq, wq, *geometry)).mul_(sx * sw / QMAX**2)
         if bias is not None:
             out += bias.detach().float().reshape(1, -1, *([1] * (x.dim() - 2)))
         ctx.save_for_backward(xq, wq, sx, sw)
@@ -54,9 +54,9 @@ class _Int8ConvFunction(torch.autograd.Function):
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
             acc = backend.conv_input_grad(codes.gx, wq, ctx.x_shape, *ctx.geometry)
-            gx = acc.float().mul_(codes.gx_scale * sw / QMAX**2).to(gy.dtype)
+            gx = float_inplace(acc).mul_(codes.gx_scale * sw / QMAX**2).to(gy.dtype)
         if ctx.needs_input_grad[1]:
-            acc = backend.conv_weight_grad(xq, codes.gw, wq.shape, *ctx.geometry).float()
+            acc = float_inplace(backend.conv_weight_grad(xq, codes.gw, wq.shape, *ctx.geometry))
             if codes.gw_per_channel:  # GVQ: GW[c] = acc[c] (s_x/127)(s_c/127), DAIQ eq. 7
                 gw = acc.mul_(_per_channel(codes.gw_scale, acc.dim())).mul_(sx / QMAX**2)
             else:
@@ -74,7 +74,7 @@ class _Int8LinearFunction(torch.autograd.Function):
         x2 = x.reshape(-1, x.shape[-1])
         xq, sx = quantizer.activation(x2)
         wq, sw = quantizer.weight(weight)
-        out = backend.linear_forward(xq, wq).float().mul_(sx * sw / QMAX**2)
+        out = float_inplace(backend.linear_forward(xq, wq)).mul_(sx * sw / QMAX**2)
         if bias is not None:
             out += bias.detach().float()
         ctx.save_for_backward(xq, wq, sx, sw)
@@ -94,9 +94,9 @@ class _Int8LinearFunction(torch.autograd.Function):
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
             acc = backend.linear_input_grad(codes.gx, wq)
-            gx = acc.float().mul_(codes.gx_scale * sw / QMAX**2).reshape(ctx.x_shape).to(gy.dtype)
+            gx = float_inplace(acc).mul_(codes.gx_scale * sw / QMAX**2).reshape(ctx.x_shape).to(gy.dtype)
         if ctx.needs_input_grad[1]:
-            acc = backend.linear_weight_grad(xq, codes.gw).float()
+            acc = float_inplace(backend.linear_weight_grad(xq, codes.gw))
             if codes.gw_per_channel:
                 gw = acc.mul_(_per_channel(codes.gw_scale, 2)).mul_(sx / QMAX**2)
             else:

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import cpu, reference
-from repro.quant import QMAX, absmax, quantize
+from repro.quant import QMAX, absmax, float_inplace, quantize
 
 BATCH = 32
 # (name, count in the network, cin, input size, cout, kernel, stride, padding); read off torchvision's
@@ -102,11 +102,12 @@ class Case:
     # ---- int8, quantization included
 
     def int8(self, op: str):
+        """As repro.layers' autograd Functions run it (same quantizer calls, same dequantization)."""
         if op == "fwd":
             sx, sw = absmax(self.x), absmax(self.w)
             xq, wq = quantize(self.x, sx), quantize(self.w, sw)
             acc = cpu.conv_forward(xq, wq, *self.geometry) if self.conv else cpu.linear_forward(xq, wq)
-            return acc.float().mul_(sx * sw / QMAX**2)
+            return float_inplace(acc).mul_(sx * sw / QMAX**2)
         if op == "dx":
             sg = absmax(self.g)
             gq = quantize(self.g, sg, rounding="stochastic", generator=self.gen)
@@ -114,14 +115,14 @@ class Case:
                 acc = cpu.conv_input_grad(gq, self.wq, self.x.shape, *self.geometry)
             else:
                 acc = cpu.linear_input_grad(gq, self.wq)
-            return acc.float().mul_(sg * self.sw / QMAX**2)
+            return float_inplace(acc).mul_(sg * self.sw / QMAX**2)
         sc = absmax(self.g, axis=1)  # one scale per output channel (DAIQ's GVQ)
         gq = quantize(self.g, sc, axis=1, rounding="stochastic", generator=self.gen)
         if self.conv:
-            acc = cpu.conv_weight_grad(self.xq, gq, self.w.shape, *self.geometry).float()
+            acc = float_inplace(cpu.conv_weight_grad(self.xq, gq, self.w.shape, *self.geometry))
         else:
-            acc = cpu.linear_weight_grad(self.xq, gq).float()
-        return acc.mul_((sc * (self.sx / QMAX**2)).view(-1, *[1] * (acc.dim() - 1)))
+            acc = float_inplace(cpu.linear_weight_grad(self.xq, gq))
+        return acc.mul_(sc.reshape(-1, *[1] * (acc.dim() - 1))).mul_(self.sx / QMAX**2)
 
     def int8_op(self, op: str, backend=cpu):
         xq, wq, gq = self.xq, self.wq, self.gq
