@@ -275,7 +275,7 @@ def test_harness_conv_non_contiguous_operands(on_cpu):
 
 
 @pytest.mark.parametrize(
-    "m,k,n", [(1, 1, 1), (5, 1, 3), (2, 3, 1), (64, 48, 40), (33, 130, 17), (70, 31, 129)]
+    "m,k,n", [(1, 1, 1), (5, 1, 3), (2, 3, 1), (3, 0, 2), (64, 48, 40), (33, 130, 17), (70, 31, 129)]
 )
 def test_harness_linear_matches_reference(on_cpu, m, k, n):
     gen = torch.Generator().manual_seed(m * 10_000 + k * 100 + n)
