@@ -235,7 +235,7 @@ def _net():
         nn.BatchNorm2d(16),
         nn.ReLU(),
         nn.Conv2d(16, 16, 3, stride=2, padding=1),
-        nn.ReLU(),
+        nn.ReLU(inplace=True),  # on a quantized layer's output (AlexNet does this)
         nn.AdaptiveAvgPool2d(1),
         nn.Flatten(),
         nn.Linear(16, 16),

@@ -66,7 +66,8 @@ class DorefaQuantizer(LayerQuantizer):
         o = self.opts
         y = op(quantize_activation(x, o["bits_a"]), quantize_weight(weight, o["bits_w"]))
         self.step += 1
-        return grad_quant(y, lambda g: quantize_grad(g, o["bits_g"]).to(g.dtype))
+        # clone: grad_quant returns a view, and models modify layer outputs in place (ReLU(inplace=True))
+        return grad_quant(y, lambda g: quantize_grad(g, o["bits_g"]).to(g.dtype)).clone()
 
 
 @register

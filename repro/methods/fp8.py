@@ -49,7 +49,8 @@ class Fp8Quantizer(LayerQuantizer):
         w = ste(w, lambda t: round_to(t, FP8).to(t.dtype))
         y = ste(op(a, w), lambda t: round_to(t, FP16).to(t.dtype))  # the forward accumulator, FP16
         self.step += 1
-        return grad_quant(y, lambda g: self._scaled(g, FP8))  # E in FP8 (loss-scaled)
+        # E in FP8 (loss-scaled); clone: grad_quant returns a view, and ReLU(inplace=True) modifies it
+        return grad_quant(y, lambda g: self._scaled(g, FP8)).clone()
 
 
 class Fp16StochasticUpdate:

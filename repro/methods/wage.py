@@ -107,7 +107,8 @@ class WageQuantizer(LayerQuantizer):
         a = ste(c(x, o["bits_a"]), lambda t: q(t, o["bits_a"]))
         y = op(a, w)
         self.step += 1
-        return grad_quant(y, lambda e: quantize_error(e, o["bits_e"]))
+        # clone: grad_quant returns a view, and models modify layer outputs in place (ReLU(inplace=True))
+        return grad_quant(y, lambda e: quantize_error(e, o["bits_e"])).clone()
 
     @torch.no_grad()
     def update(self, weight: torch.Tensor, before: torch.Tensor, grad: torch.Tensor, group_lr: float) -> None:
