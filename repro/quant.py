@@ -51,7 +51,11 @@ def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
         return x.abs().float()
     x, order = _memory_order(x)
     dims = [d for d in range(x.dim()) if order[d] != axis]
-    return x.abs().amax(dim=dims).float()
+    if x.dtype != torch.float32:
+        return x.abs().amax(dim=dims).float()
+    # max(amax, -amin): two passes but no |x| temporary of x's size (fresh pages: 13x slower on a
+    # 32x256x56x56 gradient, measured); "+ 0.0" turns the -0.0 of an all-zero slice into abs()'s +0.0
+    return torch.maximum(x.amax(dim=dims), x.amin(dim=dims).neg_()).add_(0.0)
 
 
 def _memory_order(x: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
