@@ -58,17 +58,24 @@ def round_to(
     if rounding not in ROUNDINGS:
         raise ValueError(f"unknown rounding {rounding!r}; choose one of {', '.join(ROUNDINGS)}")
     check_finite(x, f"the {fmt.name} rounding's input")
-    x = x.detach().float()
-    # frexp: x = m 2^e with 0.5 <= |m| < 1, so floor(log2|x|) = e - 1; below 2^emin the spacing stays
-    # that of the lowest binade (subnormals).
-    _, e = torch.frexp(x)
-    ulp_exp = (e - 1).clamp_(min=fmt.emin) - fmt.man_bits
-    ulp = torch.ldexp(torch.ones_like(x), ulp_exp)
-    v = x / ulp  # exact: ulp is a power of two
-    if rounding == "nearest":
-        v = v.round_()  # half to even, as IEEE 754's default
-    else:
-        # floor(v + u), u ~ U[0, 1): the upper neighbour with probability v - floor(v), so E[out] = x.
-        noise = torch.rand(v.shape, generator=generator, device=v.device, dtype=v.dtype)
-        v = v.add_(noise).floor_()
-    return v.mul_(ulp).clamp_(-fmt.max, fmt.max)
+    x = x.detach().float().contiguous()
+    # Normal range: round the float32 bit pattern to `man_bits` mantissa bits (sign-magnitude, so the
+    # same integer arithmetic serves both signs; a carry moves into the exponent, the next binade).
+    drop = 23 - fmt.man_bits
+    bits = x.view(torch.int32)
+    if rounding == "nearest":  # half to even, as IEEE 754's default
+        bits = bits + ((1 << (drop - 1)) - 1) + ((bits >> drop) & 1)
+    else:  # + U{0 .. 2^drop - 1}, then truncate: the upper neighbour with probability = the fraction
+        bits = bits + torch.randint(0, 1 << drop, x.shape, generator=generator, dtype=torch.int32)
+    out = (bits & -(1 << drop)).view(torch.float32)
+    # Below 2^emin the spacing stays that of the lowest binade (subnormals): round on that fixed grid.
+    small = x.abs() < 2.0**fmt.emin
+    if bool(small.any()):
+        ulp = fmt.min_subnormal
+        v = x[small] / ulp  # exact: a power of two
+        if rounding == "nearest":
+            v = v.round_()
+        else:
+            v = v.add_(torch.rand(v.shape, generator=generator, dtype=v.dtype)).floor_()
+        out[small] = v * ulp
+    return out.clamp_(-fmt.max, fmt.max)

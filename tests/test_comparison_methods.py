@@ -320,3 +320,26 @@ def test_trains_through_the_mmengine_hook(name, tmp_path):
     losses = record.losses
     assert len(losses) == 40 and all(math.isfinite(v) for v in losses)
     assert sum(losses[-8:]) / 8 < 0.8 * sum(losses[:8]) / 8, losses
+
+
+def _ulp(x, fmt):
+    _, e = torch.frexp(x)
+    return torch.ldexp(torch.ones_like(x), (e - 1).clamp(min=fmt.emin) - fmt.man_bits)
+
+
+@pytest.mark.parametrize("fmt", [FP8, FP16], ids=["fp8", "fp16"])
+def test_fast_rounding_matches_the_definition(fmt):
+    """round_to's bit arithmetic against the plain definition: ulp from frexp, x / ulp rounded."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(20000, generator=gen) * torch.exp2(
+        torch.randint(-45, 35, (20000,), generator=gen).float()
+    )
+    ties = torch.tensor([1.125, -1.375, 2.0**-17, 3 * 2.0**-17, 1 + 2.0**-10, -(1 + 3 * 2.0**-10)])
+    x = torch.cat([x, ties])
+    ulp = _ulp(x, fmt)
+    nearest = ((x / ulp).round() * ulp).clamp(-fmt.max, fmt.max)
+    assert torch.equal(round_to(x, fmt), nearest)
+    lo = ((x / ulp).floor() * ulp).clamp(-fmt.max, fmt.max)
+    hi = ((x / ulp).ceil() * ulp).clamp(-fmt.max, fmt.max)
+    r = round_to(x, fmt, "stochastic", gen)
+    assert ((r == lo) | (r == hi)).all()
