@@ -16,6 +16,7 @@ import torchvision
 
 from repro.layers import quantize_model
 from repro.lr_scaling import LayerLrScaling
+from repro.methods import build_method
 
 MODELS = {
     "resnet18": torchvision.models.resnet18,
@@ -34,8 +35,10 @@ def time_steps(
     x, y = torch.randn(batch, 3, size, size), torch.arange(batch) % 10
     runs = {}
     for method in methods:
-        model = quantize_model(copy.deepcopy(base), method)
+        m = build_method(method)
+        model = quantize_model(copy.deepcopy(base), m)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        opt = m.make_optimizer(model, opt) or opt  # a method's own optimizer (WAGEUBN's) is timed too
         LayerLrScaling(model, opt)
         runs[method] = (model, opt)
 
