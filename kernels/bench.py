@@ -1,16 +1,21 @@
 """Side-by-side timing of the INT8 CPU backend against fp32 torch (one process, one run).
 
-    python -m kernels.bench [--reps 7] [--channels-last] [--resnet18]
+    python -m kernels.bench [--reps 7] [--channels-last] [--resnet18] [--quant-profile] [--cpu-time]
 
 For each layer: forward, input gradient and weight gradient, the int8 op alone (kernels.cpu on int8
 operands, int32 out) next to fp32 (F.conv2d / torch.nn.grad / matmul) on the same shapes;
 milliseconds, best of --reps runs after a warm-up (robust to other load). --resnet18 adds the conv
-shapes of a CIFAR ResNet-18 step (batch 64, 32x32) and their totals.
+shapes of a CIFAR ResNet-18 step (batch 64, 32x32) and their totals. --quant-profile times the pieces
+of the quantize/dequantize steps around the int8 ops (repro.quant, DAIQ's channel statistics) on the
+largest ResNet-50 tensors next to the int8 op they serve: the profile behind kernel_speedup.md's
+"quantization" verdicts. --cpu-time measures CPU seconds of this process instead of wall time (run
+with OMP_NUM_THREADS=1 on a busy machine). The full per-layer comparison is ``make bench``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import torch
@@ -18,6 +23,8 @@ import torch.nn.functional as F
 from torch.nn import grad as tgrad
 
 from kernels import cpu
+
+_CLOCK = time.perf_counter
 
 
 def _time_all(rows, reps: int):
@@ -30,9 +37,9 @@ def _time_all(rows, reps: int):
     best = [float("inf")] * len(fns)
     for _ in range(reps):
         for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
+            t0 = _CLOCK()
             fn()
-            best[i] = min(best[i], time.perf_counter() - t0)
+            best[i] = min(best[i], _CLOCK() - t0)
     it = iter(best)
     return [(name, [next(it) * 1e3 for _ in fns]) for name, fns in rows]
 
@@ -93,12 +100,59 @@ RESNET18_CIFAR = [
 ]
 
 
+def quant_profile(reps: int) -> None:
+    """Milliseconds of each quantization step on ResNet-50's largest tensors (batch 32, channels-last)."""
+    from repro.methods.daiq import channel_stats
+    from repro.quant import absmax, check_finite, float_inplace, quantize
+
+    cl = torch.channels_last
+    for what, (n, c, hw, op_name) in {
+        "g of 64->256 1x1 (dx, dw)": (32, 256, 56, "int8 op: input grad, 1x1 256->64"),
+        "x of 64 3x3 (fwd)": (32, 64, 56, "int8 op: forward, 3x3 64->64"),
+    }.items():
+        t = torch.randn(n, c, hw, hw).contiguous(memory_format=cl)
+        s, sc = absmax(t), absmax(t, axis=1)
+        acc = torch.randint(-(2**20), 2**20, t.shape, dtype=torch.int32).contiguous(memory_format=cl)
+        tq = quantize(t, s)
+        if c == 256:
+            wq = torch.randint(-127, 128, (256, 64, 1, 1), dtype=torch.int8)
+            op = functools.partial(cpu.conv_input_grad, tq, wq, (n, 64, hw, hw))
+        else:
+            wq = torch.randint(-127, 128, (64, 64, 3, 3), dtype=torch.int8)
+            op = functools.partial(cpu.conv_forward, tq, wq, 1, 1)
+        fns = {
+            "check_finite": lambda t=t: check_finite(t),
+            "absmax": lambda t=t: absmax(t),
+            "absmax per channel": lambda t=t: absmax(t, axis=1),
+            "quantize nearest": lambda t=t, s=s: quantize(t, s),
+            "quantize stochastic": lambda t=t, s=s: quantize(t, s, rounding="stochastic"),
+            "quantize stochastic per channel": lambda t=t, sc=sc: quantize(t, sc, 1, "stochastic"),
+            "  of which torch.rand alone": lambda t=t: torch.rand(t.shape),
+            "daiq channel_stats": lambda t=t: channel_stats(t, 1),
+            "dequantize (float_inplace + mul_)": lambda a=acc: float_inplace(a.clone()).mul_(0.5),
+            "  of which the clone (fresh pages)": lambda a=acc: a.clone(),
+            op_name: op,
+        }
+        rows = _time_all([(name, [fn]) for name, fn in fns.items()], reps)
+        print(f"{what}: {tuple(t.shape)} = {t.numel() / 1e6:.1f} M elements; ms, best of {reps}")
+        for name, (ms,) in rows:
+            print(f"  {name:36s}{ms:9.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--channels-last", action="store_true", help="activations/gradients channels-last")
     ap.add_argument("--resnet18", action="store_true", help="add a CIFAR ResNet-18 (batch 64) step")
+    ap.add_argument("--quant-profile", action="store_true", help="time the quantization steps instead")
+    ap.add_argument("--cpu-time", action="store_true", help="CPU time of this process, not wall time")
     args = ap.parse_args()
+    if args.cpu_time:
+        global _CLOCK
+        _CLOCK = time.process_time
+    if args.quant_profile:
+        quant_profile(args.reps)
+        return
     cl = args.channels_last
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
