@@ -278,15 +278,22 @@ def _im2col_route(k, p, out, groups: int) -> bool:
     return (all(a == 1 for a in k) and not any(p)) or math.prod(out) <= _SMALL_OUT
 
 
-def _conv_int(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, u8_cache=None) -> torch.Tensor:
+def _conv_int(
+    xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, u8_cache=None, dst=None, crop=None
+) -> torch.Tensor:
     """Exact int32 convolution of int8 x with int8 w, channels-last.
 
     ``u8_cache``: a dict to keep x as uint8 + 128 in, for several convolutions of the same x.
+    ``dst``, ``crop``: write the spatial window ``crop`` (slices) of the result into the int32 view
+    ``dst`` instead (returned), straight from each batch chunk's output: the input gradient's phases
+    land in dx without an intermediate int32 tensor per phase (half its copies, measured).
     """
     k = wq.shape[2:]
     out = [(xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(len(s))]
+    window = (slice(None), slice(None)) + tuple(crop if crop is not None else ())
     if not _onednn_exact() or _im2col_route(k, p, out, groups):
-        return _conv_exact(xq, wq, s, p, d, groups)
+        y = _conv_exact(xq, wq, s, p, d, groups)
+        return y if dst is None else dst.copy_(y[window])
     u8_cache = {} if u8_cache is None else u8_cache
     if "u8" not in u8_cache:
         u8_cache["u8"] = _to_u8(xq)
@@ -303,6 +310,9 @@ def _conv_int(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, u8_cache
             # fp32 rounding is monotonic and 2^24 is representable: |out| < 2^24 implies |acc| < 2^24
             if not (-_F32_EXACT < float(lo) and float(hi) < _F32_EXACT):
                 part = _conv_exact(xq[n0 : n0 + chunk], wq, s, p, d, groups)
+        if dst is not None:
+            dst[n0 : n0 + chunk] = part[window]
+            continue
         if chunk >= n:
             # fp32 -> int32 in place (same 4-byte slots, a full overlap copy_ allows): no second
             # output-sized buffer, whose fresh pages cost more than the conversion (measured 8x)
@@ -310,7 +320,7 @@ def _conv_int(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, u8_cache
         if y is None:
             y = _empty_cl((n, wq.shape[0], *out), torch.int32)
         y[n0 : n0 + chunk] = part
-    return y
+    return dst if dst is not None else y
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -372,14 +382,19 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
                 w_sub = w_sub.index_select(2 + i, torch.tensor(taps, dtype=torch.long))
         dil = tuple(plan[1] for _, _, plan in combo)
         pad = tuple(plan[2] for _, _, plan in combo)
-        y = _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache)
         crop = tuple(slice(plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
-        if all(si == 1 for si in s) and tuple(y.shape[2:]) == input_shape[2:]:
-            return y  # stride 1: a single phase covering everything
-        if dx is None:
-            dx = _empty_cl(input_shape, torch.int32)
-        dst = tuple(slice(phi, None, s[i]) for i, (phi, _, _) in enumerate(combo))
-        dx[(slice(None), slice(None)) + dst] = y[(slice(None), slice(None)) + crop]
+        phase = tuple(slice(phi, None, s[i]) for i, (phi, _, _) in enumerate(combo))
+        dst = (slice(None), slice(None)) + phase
+        if all(si == 1 for si in s):
+            y = _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache)
+            if tuple(y.shape[2:]) == input_shape[2:]:
+                return y  # stride 1: a single phase covering everything
+            dx = _empty_cl(input_shape, torch.int32) if dx is None else dx
+            dx[dst] = y[(slice(None), slice(None)) + crop]
+            continue
+        dx = _empty_cl(input_shape, torch.int32) if dx is None else dx
+        # the phase's output goes straight into its positions of dx
+        _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, dst=dx[dst], crop=crop)
     return dx
 
 
