@@ -322,6 +322,23 @@ def test_cpu_large_magnitude_forces_exact_fallback(monkeypatch, exact_calls, nd,
     assert len(exact_calls) == 1, "the input-grad fallback was not taken (once)"
 
 
+@pytest.mark.parametrize("chunk", [1, None])
+def test_cpu_strided_input_grad_fallback_into_dx(monkeypatch, exact_calls, chunk):
+    """Stride 2: the phases are written straight into dx, from oneDNN chunks or their exact fallback."""
+    monkeypatch.setattr(cpu, "_CHUNK_IMAGES", chunk)
+    gen = torch.Generator().manual_seed(17)
+    c = 1536  # the 2x2 and 2x1 phases reduce over c * 4 and c * 2 products of +-127: >> 2^24
+    g = torch.where(torch.rand((2, c, 3, 3), generator=gen) < 0.9, 127, -127).to(torch.int8)
+    g[1] = rand_i8(g[1].shape, gen, -2, 2)  # a small second image: only its first chunk falls back
+    w = torch.full((c, 3, 3, 3), 127, dtype=torch.int8)
+    w[:, 1] = -127
+    x_shape = (2, 3, 6, 5)
+    want = reference.conv_input_grad(g, w, x_shape, 2, 1, 1, 1)
+    assert want.abs().max() >= 2**24
+    assert_same(cpu.conv_input_grad(g, w, x_shape, 2, 1, 1, 1), want, "strided input grad")
+    assert any(tuple(shape[2:]) != (1, 1) for shape in exact_calls), "no oneDNN phase fell back"
+
+
 def test_cpu_large_bound_small_values_stays_fast(exact_calls):
     """The a-priori bound exceeds 2^24 but the actual sums do not: the fast path must be used."""
     gen = torch.Generator().manual_seed(2)
