@@ -1,0 +1,397 @@
+"""Object detection through MMDetection 3, FP32 or INT8 by the same hook as every other task.
+
+Any MMDetection config becomes an INT8 run with two keys (the configs in tasks/configs/detection/ do
+exactly this on top of the configs MMDetection ships):
+
+    custom_imports = dict(imports=["tasks.detection"], allow_failed_imports=False)
+    custom_hooks = [dict(type="Int8TrainingHook", method="daiq")]
+
+or, on the command line of MMDetection's own tools/train.py (mmengine's --cfg-options cannot spell a
+list of dicts, but default_hooks is a dict and takes new entries):
+
+    --cfg-options custom_imports.imports="[tasks.detection]" custom_imports.allow_failed_imports=False \
+                  default_hooks.int8.type=Int8TrainingHook default_hooks.int8.method=daiq
+
+Importing this module registers the project's hooks in MMDetection's registry (``mmdet.registry.HOOKS``,
+the scope ``default_scope='mmdet'`` builds from), next to mmengine's where repro.hooks puts them. The hook
+swaps the detector's convolutions and linear layers (backbone, neck, heads; quantize_model's rule leaves
+the first and the last float) in ``before_run``, after MMEngine has built the optimizer and any wrapper,
+keeping parameters and state_dict keys, so ``resume=True`` and ``load_from=`` work.
+
+``run(model, method, profile=..., paper_dataset=...)`` is one table cell (tables.generate calls it):
+
+- models: ``faster_rcnn_r50_fpn`` and ``retinanet_r50_fpn`` (MODELS); paper datasets ``coco`` and ``voc``.
+- ``paper``: the shipped 1x configs (COCO 2017; VOC 07+12 tested on VOC2007) with the data from
+  ``data_root`` and the ImageNet-pretrained backbone MMDetection's config names (torchvision://resnet50,
+  which needs the network or a cached copy) or the user's ``load_from`` / ``init_cfg`` via cfg_options.
+- ``embedded``: the generated shapes-det set (tasks.detection_data) stands in for both COCO and VOC:
+  the same training run is scored as COCO scores (AP@[.5:.95]) for the COCO rows and as VOC scores
+  (AP@0.5) for the VOC rows; within one process a finished run is reused for the other dataset's cell
+  instead of training the same thing twice. From scratch, small input, short schedule (the config's
+  docstring says what changes and why).
+- ``smoke``: the embedded config cut to a few images, 2 iterations and a 6-image validation, for tests.
+
+A run reports (RunResult) ``map``: the paper dataset's metric in % (COCO: bbox AP@[.5:.95]; VOC:
+AP@0.5), with ``map_50`` and ``map_5095`` beside it; the final training loss; divergence (a non-finite
+loss stops the run before its backward pass and is recorded, not raised); ms per train_step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import shutil
+import sys
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from mmdet.registry import HOOKS as MMDET_HOOKS
+from mmengine.config import Config
+from mmengine.model import is_model_wrapper
+from mmengine.runner import Runner
+
+import repro
+from repro.hooks import Int8TrainingHook
+from tasks import detection_data as DD
+from tasks.classification import RunRecorder, _check_choice, _check_loss, _init_cpu_process_group, _release
+
+TASK = "detection"
+# Bump when a recipe, config or the generated set changes what a run measures (the table cache key).
+RECIPE_VERSION = "1"
+PROFILES = ("smoke", "embedded", "paper")
+PAPER_DATASETS = ("coco", "voc")
+CONFIG_DIR = Path(__file__).resolve().parent / "configs" / "detection"
+MODELS = {"faster_rcnn_r50_fpn": "faster-rcnn_r50_fpn", "retinanet_r50_fpn": "retinanet_r50_fpn"}
+PAPER_CONFIGS = {"coco": "1x_coco", "voc": "1x_voc0712"}
+EMBEDDED_CONFIG = "shapes-det"
+# smoke: a few images and iterations, enough to run every stage (data, INT8 layers, loss, metric)
+SMOKE = dict(train_images=8, val_images=6, batch_size=2, iters=2, image_scale=(64, 64))
+
+MMDET_HOOKS.register_module(name="Int8TrainingHook", module=Int8TrainingHook, force=True)
+
+
+@MMDET_HOOKS.register_module(name="ReproDetRunRecorder", force=True)
+class DetRunRecorder(RunRecorder):
+    """RunRecorder for detectors: keeps the bbox metrics and stops on a non-finite loss.
+
+    The loss check wraps the detector's parse_losses (which sums the loss dict before the backward
+    pass), so a NaN/Inf loss raises repro.NonFiniteError before any gradient is quantized.
+    """
+
+    def __init__(self, warmup: int = 3):
+        super().__init__(warmup)
+        self.metrics: dict[str, float] = {}
+        self.validated = False
+
+    def before_run(self, runner) -> None:
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        parse = model.parse_losses
+
+        def checked(losses):
+            loss, log_vars = parse(losses)
+            _check_loss(loss)
+            return loss, log_vars
+
+        model.parse_losses = checked
+
+    def after_val_epoch(self, runner, metrics=None) -> None:
+        self.validated = True
+        if metrics:
+            self.metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+
+
+def scores(metrics: dict[str, float]) -> dict[str, float | None]:
+    """map_50 and map_5095 in % from CocoMetric ("coco/bbox_mAP*") or VOCMetric ("pascal_voc/mAP")."""
+    if "coco/bbox_mAP" in metrics:
+        return dict(map_5095=100 * metrics["coco/bbox_mAP"], map_50=100 * metrics["coco/bbox_mAP_50"])
+    if "pascal_voc/mAP" in metrics:
+        return dict(map_5095=None, map_50=100 * metrics["pascal_voc/mAP"])
+    return dict(map_5095=None, map_50=None)
+
+
+# ----------------------------------------------------------------------------------------------- config
+def config_path(model: str, profile: str, paper_dataset: str) -> Path:
+    _check_choice("model", model, list(MODELS))
+    _check_choice("profile", profile, PROFILES)
+    _check_choice("paper_dataset", paper_dataset, PAPER_DATASETS)
+    which = PAPER_CONFIGS[paper_dataset] if profile == "paper" else EMBEDDED_CONFIG
+    return CONFIG_DIR / f"{MODELS[model]}_{which}_int8.py"
+
+
+def _set_data_root(node: Any, root: str) -> None:
+    """Point every `data_root` in a dataloader's dataset tree (RepeatDataset, ConcatDataset...) at root."""
+    if isinstance(node, dict):
+        if "data_root" in node:
+            node["data_root"] = root
+        for value in node.values():
+            _set_data_root(value, root)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            _set_data_root(value, root)
+
+
+def apply_data_root(cfg: Config, root: str) -> None:
+    """Use `root` for the train/val/test data and the evaluators' annotation files (if they have one)."""
+    old = cfg.get("data_root")
+    root = str(root).rstrip("/") + "/"
+    for key in ("train_dataloader", "val_dataloader", "test_dataloader"):
+        if cfg.get(key):
+            _set_data_root(cfg[key], root)
+    for key in ("val_evaluator", "test_evaluator"):
+        evaluator = cfg.get(key)
+        for ev in evaluator if isinstance(evaluator, list) else [evaluator]:
+            if isinstance(ev, dict) and isinstance(ev.get("ann_file"), str) and old:
+                ev["ann_file"] = ev["ann_file"].replace(old, root, 1)
+    cfg.data_root = root
+
+
+def set_method(cfg: Config, method: str, method_options: dict | None = None) -> None:
+    """Make the config's Int8TrainingHook run `method` (one hook, in custom_hooks; added if absent)."""
+    hook = dict(type="Int8TrainingHook", method=method, **(method_options or {}))
+    hooks = list(cfg.get("custom_hooks") or [])
+    found = [i for i, h in enumerate(hooks) if str(h.get("type", "")).endswith("Int8TrainingHook")]
+    if found:
+        skip = hooks[found[0]].get("skip")
+        hooks[found[0]] = dict(hook, **({"skip": skip} if skip is not None else {}))
+    else:
+        hooks.insert(0, hook)
+    cfg.custom_hooks = hooks
+    defaults = cfg.get("default_hooks") or {}
+    for name, h in list(defaults.items()):
+        if isinstance(h, dict) and str(h.get("type", "")).endswith("Int8TrainingHook"):
+            defaults.pop(name)  # one hook only: the custom_hooks entry above
+    imports = cfg.get("custom_imports") or dict(imports=[], allow_failed_imports=False)
+    if "tasks.detection" not in imports["imports"]:
+        imports["imports"] = [*imports["imports"], "tasks.detection"]
+    cfg.custom_imports = imports
+
+
+def _apply_smoke(cfg: Config) -> None:
+    s = SMOKE
+    for key, n in (("train_dataloader", s["train_images"]), ("val_dataloader", s["val_images"])):
+        cfg[key].dataset.indices = n
+        cfg[key].batch_size = s["batch_size"]
+        for step in cfg[key].dataset.pipeline:
+            if step["type"] == "Resize":
+                step["scale"] = s["image_scale"]
+    cfg.test_dataloader = cfg.val_dataloader
+    cfg.train_cfg = dict(type="IterBasedTrainLoop", max_iters=s["iters"], val_interval=s["iters"])
+    cfg.param_scheduler = []
+    cfg.default_hooks.logger = dict(type="LoggerHook", interval=1)
+    cfg.log_processor = dict(type="LogProcessor", window_size=1, by_epoch=False)
+    cfg.log_level = "WARNING"
+
+
+def build_config(
+    config: str | Path,
+    method: str,
+    profile: str = "embedded",
+    seed: int = 0,
+    method_options: dict | None = None,
+    data_root: str | None = None,
+    work_dir: str | None = None,
+    checkpoints: bool = False,
+) -> Config:
+    """The Runner config of one run from an MMDetection config file (the task's or the user's)."""
+    cfg = Config.fromfile(str(config))
+    if cfg.get("embedded_data") == DD.NAME:
+        apply_data_root(cfg, str(DD.ensure_shapes_det(data_root)))
+    elif data_root is not None:
+        apply_data_root(cfg, data_root)
+    set_method(cfg, method, method_options)
+    cfg.custom_hooks = [
+        *cfg.custom_hooks,
+        dict(type="ReproDetRunRecorder", warmup=1 if profile == "smoke" else 3),
+    ]
+    cfg.work_dir = work_dir
+    cfg.experiment_name = f"{TASK}-{Path(config).stem}-{method}-{profile}-s{seed}-{uuid.uuid4().hex[:8]}"
+    cfg.randomness = dict(seed=seed)
+    cfg.launcher = cfg.get("launcher", "none")
+    cfg.default_hooks.pop("visualization", None)  # draws nothing unless asked; not a default of mmengine
+    if not checkpoints and profile != "paper":
+        cfg.default_hooks.checkpoint = None
+    if not torch.cuda.is_available():
+        cfg.env_cfg = dict(cfg.get("env_cfg", {}), dist_cfg=dict(backend="gloo"))
+        cfg.model_wrapper_cfg = dict(
+            type="MMDistributedDataParallel", broadcast_buffers=False, device_ids=None
+        )
+    if profile == "smoke":
+        _apply_smoke(cfg)
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------- results
+@dataclass
+class RunResult:
+    """One detection run. `map` is the paper dataset's metric (%); `iters` the iterations trained."""
+
+    model: str
+    method: str
+    profile: str
+    paper_dataset: str
+    dataset: str
+    seed: int
+    epochs: int | None
+    iters: int
+    map: float | None
+    map_50: float | None
+    map_5095: float | None
+    metric: str
+    final_loss: float | None
+    diverged: bool
+    ms_per_iter: float
+    config: str = ""
+    method_options: dict = field(default_factory=dict)
+    simulated: bool = False
+    shared_run: str | None = None  # set when this cell reuses a run trained for another paper dataset
+    note: str | None = None
+    task: str = TASK
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+METRIC_NAMES = {"coco": "bbox AP@[.5:.95] (COCO)", "voc": "AP@0.5 (VOC)"}
+
+# Finished embedded/smoke runs of this process by their training configuration (paper dataset left
+# out: at those profiles COCO and VOC stand on the same data, so one training serves both cells).
+_FINISHED: dict[str, tuple[str, RunResult]] = {}
+
+
+def train(cfg: Config) -> tuple[Runner | None, DetRunRecorder | None, bool]:
+    """Build the Runner and train; returns (runner, recorder, diverged). The caller releases the run."""
+    _init_cpu_process_group(cfg)
+    runner = Runner.from_cfg(cfg)
+    diverged = False
+    try:
+        runner.train()
+    except repro.NonFiniteError as err:
+        diverged = True
+        runner.logger.warning(f"diverged at iteration {runner.iter}: {err}")
+    recorder = next(h for h in runner.hooks if isinstance(h, DetRunRecorder))
+    return runner, recorder, diverged
+
+
+def run(
+    model: str,
+    method: str,
+    profile: str = "embedded",
+    seed: int = 0,
+    method_options: dict | None = None,
+    paper_dataset: str = "coco",
+    data_root: str | None = None,
+    work_dir: str | None = None,
+    cfg_options: dict | None = None,
+    config: str | None = None,
+) -> RunResult:
+    """Train one detector with one method at one profile; a diverged run is recorded, not raised.
+
+    `config` (a file path) replaces the task's config for (model, profile, paper_dataset); it may be any
+    MMDetection config, shipped or the user's. Unknown names are a ValueError listing the choices.
+    """
+    method_options = dict(method_options or {})
+    _check_choice("method", method, repro.list_methods())
+    repro.build_method(method, **method_options)  # bad options fail here, before any data
+    path = Path(config) if config else config_path(model, profile, paper_dataset)
+    if profile == "paper" and data_root is None and config is None:
+        raise FileNotFoundError(f"profile 'paper' reads {paper_dataset} from a data root: pass --data-root")
+    memo_key = json.dumps(
+        [str(path), model, method, method_options, profile, seed, data_root, cfg_options], sort_keys=True
+    )
+    if profile != "paper" and memo_key in _FINISHED:
+        trained_for, done = _FINISHED[memo_key]
+        return _rescore(done, paper_dataset, trained_for)
+    temp = work_dir is None
+    work = tempfile.mkdtemp(prefix=f"repro-{TASK}-") if temp else work_dir
+    cfg = build_config(path, method, profile, seed, method_options, data_root, str(work))
+    if cfg_options:
+        cfg.merge_from_dict(copy.deepcopy(cfg_options))
+    name = cfg.experiment_name
+    runner = None
+    try:
+        runner, recorder, diverged = train(cfg)
+        result = RunResult(
+            model=model,
+            method=method,
+            method_options=method_options,
+            profile=profile,
+            paper_dataset=paper_dataset,
+            dataset=DD.NAME if cfg.get("embedded_data") == DD.NAME else paper_dataset,
+            seed=seed,
+            epochs=cfg.train_cfg.get("max_epochs"),
+            iters=int(runner.iter),
+            map=None,
+            map_50=None,
+            map_5095=None,
+            metric=METRIC_NAMES[paper_dataset],
+            final_loss=None if diverged else recorder.final_loss or _last_loss(recorder),
+            diverged=diverged,
+            ms_per_iter=recorder.ms_per_iter(),
+            config=str(path),
+        )
+        if not diverged:
+            result.__dict__.update(scores(recorder.metrics))
+            if recorder.validated and result.map_50 is None:
+                # CocoMetric returns nothing when no box clears the test score threshold: that is mAP 0
+                result.map_50 = result.map_5095 = 0.0
+                result.note = "no detections on the validation set: mAP 0"
+            result.map = result.map_5095 if paper_dataset == "coco" else result.map_50
+        if profile != "paper":
+            _FINISHED[memo_key] = (paper_dataset, result)
+        return result
+    finally:
+        del runner
+        _release(name)
+        if temp:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _last_loss(recorder: DetRunRecorder) -> float | None:
+    return recorder.epoch_losses[-1] if recorder.epoch_losses else None  # iteration-based (smoke) runs
+
+
+def _rescore(done: RunResult, paper_dataset: str, trained_for: str) -> RunResult:
+    out = RunResult(**{**asdict(done), "paper_dataset": paper_dataset, "metric": METRIC_NAMES[paper_dataset]})
+    out.map = None if out.diverged else (out.map_5095 if paper_dataset == "coco" else out.map_50)
+    if paper_dataset != trained_for:
+        out.shared_run = f"the {trained_for} cell's training run, scored as {paper_dataset}"
+    return out
+
+
+def summary(result: RunResult) -> str:
+    head = f"{result.task} {result.model} {result.method} ({result.profile}, {result.dataset}, "
+    head += f"seed {result.seed}):"
+    timing = f"{result.iters} iters, {result.ms_per_iter:.1f} ms/iter"
+    if result.diverged:
+        return f"{head} diverged after {timing}"
+    parts = [
+        f"{k} {v:.2f}"
+        for k, v in (("mAP@[.5:.95]", result.map_5095), ("mAP@.5", result.map_50))
+        if v is not None
+    ]
+    loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
+    return f"{head} {', '.join(parts) or 'no metric'}, final loss {loss}, {timing}"
+
+
+def main(argv=None) -> int:
+    """`python -m tasks.detection --config PATH --method daiq [...]`: the `repro train` arguments."""
+    from tasks.cli import add_train_arguments, cmd_train
+
+    parser = argparse.ArgumentParser(prog="python -m tasks.detection", description=__doc__.split("\n")[0])
+    add_train_arguments(parser, task_choice=False)
+    args = parser.parse_args(argv)
+    args.task = TASK
+    try:
+        return cmd_train(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
