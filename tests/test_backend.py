@@ -418,6 +418,23 @@ def test_cpu_linear_matches_reference(m, k, n):
     assert want[0].shape == (m, n) and want[1].shape == (m, k) and want[2].shape == (n, k)
 
 
+def test_cpu_huge_page_outputs():
+    """Outputs from 32 MB are madvise-d for 2 MB pages before they are written: same values."""
+    madvise = cpu._madvise()
+    if madvise is not None:  # Linux: the call itself must succeed on such a buffer
+        t = torch.empty(9 << 20, dtype=torch.int32)
+        start = -(-t.data_ptr() // cpu._HUGE_PAGE) * cpu._HUGE_PAGE
+        assert madvise(start, cpu._HUGE_PAGE, cpu._MADV_HUGEPAGE) == 0
+    gen = torch.Generator().manual_seed(21)
+    x, w = rand_i8((8192, 3), gen), rand_i8((1100, 3), gen)  # a 36 MB int32 result
+    assert_same(cpu.linear_forward(x, w), reference.linear_forward(x, w))
+    g = rand_i8((2, 8, 1, 1), gen)  # input grad of a 1x1 stride-2 conv into a 36 MB dx
+    w = rand_i8((8, 2304, 1, 1), gen)
+    x_shape = (2, 2304, 2, 1000)
+    want = reference.conv_input_grad(g, w, x_shape, (2, 1000))
+    assert_same(cpu.conv_input_grad(g, w, x_shape, (2, 1000)), want)
+
+
 def test_cpu_linear_at_the_int32_limit():
     """K = 133,143 (the largest reduction the int32 contract guarantees) with all +-127."""
     k = 133_143
