@@ -154,16 +154,18 @@ def bar_chart(times, layers, path: Path) -> bool:
     fig, axes = plt.subplots(len(OPS), 1, figsize=(max(10, 0.55 * len(layers)), 10), sharex=True)
     x = list(range(len(layers)))
     for ax, (op, title) in zip(axes, OPS.items(), strict=True):
-        for j, base in enumerate(("fp32", "bf16")):
-            sp = speedups(times, layers, op, base)
-            ax.bar([i + (j - 0.5) * 0.4 for i in x], [sp.get(lay, 0.0) for lay in layers], 0.4,
-                   label=f"int8 over {base}")  # fmt: skip
+        bars = [("fp32", "int8", "tab:blue"), ("bf16", "int8", "tab:orange"),
+                ("fp32", "int8-op", "lightsteelblue"), ("bf16", "int8-op", "navajowhite")]  # fmt: skip
+        for j, (base, impl, color) in enumerate(bars):
+            sp = speedups(times, layers, op, base, impl)
+            ax.bar([i + (j - 1.5) * 0.2 for i in x], [sp.get(lay, 0.0) for lay in layers], 0.2,
+                   color=color, label=f"{impl} over {base}")  # fmt: skip
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_ylabel("speedup")
         ax.set_title(title)
-        ax.legend(loc="upper right", fontsize=8)
+        ax.legend(loc="upper left", fontsize=7, ncol=4)
     axes[-1].set_xticks(x, layers, rotation=60, ha="right", fontsize=8)
-    axes[-1].set_xlabel("layer (C-feature size-K-kernel-stride), batch 32, int8 with quantization")
+    axes[-1].set_xlabel("layer (C-feature size-K-kernel-stride), batch 32; int8 = with quantization")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
