@@ -59,6 +59,7 @@ import repro
 from repro.hooks import Int8TrainingHook
 from tasks import detection_data as DD
 from tasks.classification import RunRecorder, _check_choice, _check_loss, _init_cpu_process_group, _release
+from tasks.datasets import DatasetNotFoundError
 
 TASK = "detection"
 # Bump when a recipe, config or the generated set changes what a run measures (the table cache key).
@@ -195,7 +196,7 @@ def build_config(
     method_options: dict | None = None,
     data_root: str | None = None,
     work_dir: str | None = None,
-    checkpoints: bool = False,
+    checkpoints: bool = True,
 ) -> Config:
     """The Runner config of one run from an MMDetection config file (the task's or the user's)."""
     cfg = Config.fromfile(str(config))
@@ -211,9 +212,13 @@ def build_config(
     cfg.work_dir = work_dir
     cfg.experiment_name = f"{TASK}-{Path(config).stem}-{method}-{profile}-s{seed}-{uuid.uuid4().hex[:8]}"
     cfg.randomness = dict(seed=seed)
+    # mmdet names its visualizer "visualizer": a global instance that would outlive this run (and its
+    # work_dir) and be handed to the next; per-run names are released with the run (_release)
+    if cfg.get("visualizer"):
+        cfg.visualizer.name = cfg.experiment_name
     cfg.launcher = cfg.get("launcher", "none")
     cfg.default_hooks.pop("visualization", None)  # draws nothing unless asked; not a default of mmengine
-    if not checkpoints and profile != "paper":
+    if not checkpoints:  # the short profiles of the task's own configs keep no checkpoints
         cfg.default_hooks.checkpoint = None
     if not torch.cuda.is_available():
         cfg.env_cfg = dict(cfg.get("env_cfg", {}), dist_cfg=dict(backend="gloo"))
@@ -298,8 +303,11 @@ def run(
     _check_choice("method", method, repro.list_methods())
     repro.build_method(method, **method_options)  # bad options fail here, before any data
     path = Path(config) if config else config_path(model, profile, paper_dataset)
+    _check_choice("paper_dataset", paper_dataset, PAPER_DATASETS)
     if profile == "paper" and data_root is None and config is None:
-        raise FileNotFoundError(f"profile 'paper' reads {paper_dataset} from a data root: pass --data-root")
+        raise DatasetNotFoundError(
+            f"profile 'paper' reads {paper_dataset} from a data root: pass --data-root"
+        )
     memo_key = json.dumps(
         [str(path), model, method, method_options, profile, seed, data_root, cfg_options], sort_keys=True
     )
@@ -308,7 +316,8 @@ def run(
         return _rescore(done, paper_dataset, trained_for)
     temp = work_dir is None
     work = tempfile.mkdtemp(prefix=f"repro-{TASK}-") if temp else work_dir
-    cfg = build_config(path, method, profile, seed, method_options, data_root, str(work))
+    keep = config is not None or profile == "paper"  # a user's config keeps its checkpoints
+    cfg = build_config(path, method, profile, seed, method_options, data_root, str(work), checkpoints=keep)
     if cfg_options:
         cfg.merge_from_dict(copy.deepcopy(cfg_options))
     name = cfg.experiment_name
@@ -340,7 +349,7 @@ def run(
                 # CocoMetric returns nothing when no box clears the test score threshold: that is mAP 0
                 result.map_50 = result.map_5095 = 0.0
                 result.note = "no detections on the validation set: mAP 0"
-            result.map = result.map_5095 if paper_dataset == "coco" else result.map_50
+            _choose_map(result)
         if profile != "paper":
             _FINISHED[memo_key] = (paper_dataset, result)
         return result
@@ -355,9 +364,22 @@ def _last_loss(recorder: DetRunRecorder) -> float | None:
     return recorder.epoch_losses[-1] if recorder.epoch_losses else None  # iteration-based (smoke) runs
 
 
+def _choose_map(result: RunResult) -> None:
+    """`map` is the paper dataset's metric; a user's VOC config under the default "coco" gets AP@0.5."""
+    result.metric = METRIC_NAMES[result.paper_dataset]
+    if result.diverged:
+        result.map = None
+    elif result.paper_dataset == "coco" and result.map_5095 is not None:
+        result.map = result.map_5095
+    else:
+        result.map = result.map_50
+        if result.paper_dataset == "coco" and result.map_50 is not None:
+            result.metric = "AP@0.5 (the config's evaluator gives no AP@[.5:.95])"
+
+
 def _rescore(done: RunResult, paper_dataset: str, trained_for: str) -> RunResult:
-    out = RunResult(**{**asdict(done), "paper_dataset": paper_dataset, "metric": METRIC_NAMES[paper_dataset]})
-    out.map = None if out.diverged else (out.map_5095 if paper_dataset == "coco" else out.map_50)
+    out = RunResult(**{**asdict(done), "paper_dataset": paper_dataset})
+    _choose_map(out)
     if paper_dataset != trained_for:
         out.shared_run = f"the {trained_for} cell's training run, scored as {paper_dataset}"
     return out

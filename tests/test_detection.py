@@ -127,7 +127,6 @@ def _train(cache, work_dir, iters, **cfg_options):
         profile="smoke",
         data_root=cache,
         work_dir=str(work_dir),
-        checkpoints=True,
     )
     cfg.train_cfg = dict(type="IterBasedTrainLoop", max_iters=iters, val_interval=1000)
     cfg.default_hooks.checkpoint = dict(type="CheckpointHook", interval=1, by_epoch=False)
@@ -186,3 +185,6 @@ def test_task_run_int8_retinanet_scores_coco_and_voc_from_one_training(cache):
     voc = D.run("retinanet_r50_fpn", "ui8", profile="smoke", paper_dataset="voc", data_root=cache)
     assert voc.map == coco.map_50 and voc.paper_dataset == "voc" and "coco" in voc.shared_run
     assert voc.ms_per_iter == coco.ms_per_iter  # the same run, not trained again
+    # a second training in the same process (as the table generator runs cells), the first's work_dir gone
+    fp32 = D.run("retinanet_r50_fpn", "fp32", profile="smoke", paper_dataset="voc", data_root=cache)
+    assert not fp32.diverged and fp32.shared_run is None and fp32.map == fp32.map_50
