@@ -26,6 +26,9 @@ test:
 
 # Kernel timing: every distinct ResNet-50 layer (batch 32), int8 vs fp32 vs bf16 on this CPU, side by side
 # (tests/bench); writes results/kernel_bench.json, then results/kernel_speedup.md and .png. A few minutes.
+# On a busy machine, time CPU seconds of one thread instead of wall time (far less disturbed by other load):
+#   OMP_NUM_THREADS=1 make bench BENCH_ARGS="--benchmark-min-rounds=3 --benchmark-max-time=0.2 \
+#     --benchmark-warmup=off --benchmark-timer=time.process_time"
 BENCH_ARGS ?= --benchmark-min-rounds=3 --benchmark-max-time=0.3 --benchmark-warmup=off
 
 .PHONY: bench
@@ -54,8 +57,14 @@ PROFILE   ?= embedded
 SEEDS     ?=
 DATA_ROOT ?=
 RESULTS   ?= results
-TABLES    := table1 table2 table3 table4 ui8-table3 ui8-table4 ui8-table5 ui8-table6 ui8-table7 \
-             wageubn-table1 wageubn-table2
+TABLES    := table1 table2 table3 table4 table6 ui8-table3 ui8-table4 ui8-table5 ui8-table6 ui8-table7 \
+             wageubn-table1 wageubn-table2 table5 ui8-table8 ui8-table9
+# Detection tables (R-50-FPN detectors, MMDetection): one seed unless SEEDS is given on the command line,
+# as a seed of them costs what a whole classification table does on a CPU.
+DETECTION_TABLES := table5 ui8-table8 ui8-table9
+$(DETECTION_TABLES): SEEDS = 1
+# Video (DAIQ Table 6, full ResNet3D-18/50 on 8-frame clips): one seed too, for the same reason.
+table6: SEEDS = 1
 TABLE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
              $(if $(DATA_ROOT),--data-root $(DATA_ROOT))
 

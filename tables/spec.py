@@ -24,7 +24,14 @@ PAPERS = {
 }
 
 # What the paper datasets are called in headers.
-PAPER_DATASETS = {"imagenet": "ImageNet (ILSVRC2012)", "cifar10": "CIFAR-10"}
+PAPER_DATASETS = {
+    "imagenet": "ImageNet (ILSVRC2012)",
+    "cifar10": "CIFAR-10",
+    "ucf101": "UCF-101 (split 1)",
+    "kinetics400": "Kinetics-400",
+    "coco": "COCO 2017",
+    "voc": "PASCAL VOC (07+12, VOC2007 test)",
+}
 
 # Two printed numbers that differ by less than this are the same number.
 TOLERANCE = 0.005

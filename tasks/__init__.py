@@ -11,7 +11,11 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-TASKS: dict[str, str] = {"classification": "tasks.classification"}
+TASKS: dict[str, str] = {
+    "classification": "tasks.classification",
+    "video": "tasks.video",
+    "detection": "tasks.detection",
+}
 
 
 def list_tasks() -> list[str]:

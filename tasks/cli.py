@@ -3,6 +3,8 @@
     repro train --task classification --model resnet18 --method daiq --profile embedded [--seed N]
                 [--data-root PATH] [--paper-dataset imagenet|cifar10] [--cfg-options k=v ...]
                 [--method-options k=v ...] [--work-dir D] [--launcher none|pytorch] [--json]
+    repro train --task detection --config PATH --method daiq [--cfg-options k=v ...]   (any mmdet config)
+    repro train --task video --model r3d_18|r3d_50 --method daiq [--paper-dataset ucf101|kinetics400]
 
 Wired into repro/cli.py with `add_train_parser(subparsers)`. Unknown task / model / method / profile
 names are one-line errors listing the choices (exit 2, like argparse's own errors). A diverged run is a
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from mmengine.config import DictAction
 
@@ -23,14 +26,20 @@ from tasks import TASKS, get_task
 def add_train_arguments(parser: argparse.ArgumentParser, task_choice: bool = True) -> None:
     if task_choice:
         parser.add_argument("--task", default="classification", help=f"one of: {', '.join(TASKS)}")
-    parser.add_argument("--model", required=True, help="e.g. resnet18 (an unknown name lists them all)")
+    parser.add_argument("--model", default=None, help="e.g. resnet18 (an unknown name lists them all)")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="detection: an MMDetection config file (shipped or yours) to run instead of the task's own",
+    )
     parser.add_argument("--method", required=True, help="e.g. fp32, ui8, daiq (see `repro methods`)")
     parser.add_argument("--profile", default="embedded", help="smoke, embedded (default) or paper")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--paper-dataset",
-        default="imagenet",
-        help="the paper's dataset: imagenet or cifar10 (embedded/smoke use its embedded stand-in)",
+        default=None,
+        help="the paper's dataset: imagenet (default) or cifar10 for classification, ucf101 (default) or "
+        "kinetics400 for video, coco (default) or voc for detection (embedded/smoke: a stand-in)",
     )
     parser.add_argument(
         "--data-root", default=None, help="paper: the dataset root; embedded/smoke: the data cache"
@@ -73,20 +82,26 @@ def cmd_train(args) -> int:
     from tasks.datasets import DatasetNotFoundError
 
     task = get_task(args.task)
+    config = getattr(args, "config", None)
+    if args.model is None and config is None:
+        print("error: --model is required (or --config for --task detection)", file=sys.stderr)
+        return 2
     cfg_options = dict(args.cfg_options or {})
     if args.launcher != "none":
         cfg_options["launcher"] = args.launcher
     try:
         result = task.run(
-            args.model,
+            args.model or Path(config).stem,
             args.method,
             profile=args.profile,
             seed=args.seed,
             method_options=dict(args.method_options or {}),
-            paper_dataset=args.paper_dataset,
             data_root=args.data_root,
             work_dir=args.work_dir,
             cfg_options=cfg_options or None,
+            # each task has its own default paper dataset
+            **({} if args.paper_dataset is None else {"paper_dataset": args.paper_dataset}),
+            **({} if config is None else {"config": config}),
         )
     except DatasetNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
