@@ -152,9 +152,9 @@ def test_unknown_names_are_value_errors_listing_the_choices(kwargs, what):
 
 
 def test_task_registry():
-    assert list_tasks() == ["classification"]
+    assert list_tasks() == ["classification", "video", "detection"]
     assert get_task("classification").run is run
-    with pytest.raises(ValueError, match="unknown task 'segmentation'; choose from classification"):
+    with pytest.raises(ValueError, match="unknown task 'segmentation'; choose from classification, video"):
         get_task("segmentation")
 
 

@@ -565,7 +565,9 @@ def test_table4_end_to_end_at_smoke_profile(tmp_path):
     frame = pd.read_csv(tmp_path / "table4.csv")
     assert len(frame) == 24 and set(frame["profile"]) == {"smoke"} and set(frame["seeds"]) == {1}
     runnable = frame[~frame["status"].str.startswith("not implemented")]
-    assert len(runnable) == 13
+    assert len(runnable) == 24
+    simulated = frame[frame["method"].isin(["afp", "dorefa", "fp8", "wageubn-e2-16"])]
+    assert simulated["status"].str.endswith("(simulated)").all() and len(simulated) == 11
     assert runnable["status"].str.match(r"^(ok|diverged)").all(), runnable["status"].tolist()
     assert runnable["fp32"].notna().all() and runnable["fp32_ms_per_iter"].notna().all()
     assert out.meta["recipe_version"] == getattr(task, "RECIPE_VERSION", None)
