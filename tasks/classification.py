@@ -557,6 +557,30 @@ def run(
     )
     if cfg_options:
         cfg.merge_from_dict(copy.deepcopy(cfg_options))
+    try:
+        return train_and_record(
+            cfg, task=TASK, model=model, method=method, method_options=method_options, profile=profile,
+            paper_dataset=paper_dataset, seed=seed,
+        )  # fmt: skip
+    finally:
+        if temp:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def train_and_record(
+    cfg: Config,
+    *,
+    task: str,
+    model: str,
+    method: str,
+    method_options: dict,
+    profile: str,
+    paper_dataset: str,
+    seed: int,
+) -> RunResult:
+    """Train a config built with a RunRecorder hook; a non-finite loss or gradient is a diverged run.
+
+    Shared by every task that scores top-1 (classification, video)."""
     name = cfg.experiment_name
     _init_cpu_process_group(cfg)
     runner = None
@@ -584,12 +608,11 @@ def run(
             diverged=diverged,
             ms_per_iter=recorder.ms_per_iter(),
             simulated=repro.build_method(method, **method_options).simulated,
+            task=task,
         )
     finally:
         del runner
         _release(name)
-        if temp:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def _init_cpu_process_group(cfg: Config) -> None:

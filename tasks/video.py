@@ -48,7 +48,6 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
-from mmengine.runner import Runner
 
 import repro
 import repro.hooks  # noqa: F401  (registers Int8TrainingHook)
@@ -59,10 +58,9 @@ from tasks.classification import (  # noqa: F401  (importing registers ReproRunR
     RunResult,
     _check_choice,
     _check_loss,
-    _init_cpu_process_group,
     _param_scheduler,
-    _release,
     summary,
+    train_and_record,
 )
 from tasks.video_models import VIDEO_MODELS, build_video_model
 
@@ -279,38 +277,12 @@ def run(
     )
     if cfg_options:
         cfg.merge_from_dict(copy.deepcopy(cfg_options))
-    name = cfg.experiment_name
-    _init_cpu_process_group(cfg)
-    runner = None
-    diverged = False
     try:
-        runner = Runner.from_cfg(cfg)
-        try:
-            runner.train()
-        except repro.NonFiniteError as err:
-            diverged = True
-            runner.logger.warning(f"diverged at iteration {runner.iter}: {err}")
-        recorder = next(h for h in runner.hooks if isinstance(h, RunRecorder))
-        return RunResult(
-            model=model,
-            method=method,
-            method_options=method_options,
-            profile=profile,
-            paper_dataset=paper_dataset,
-            dataset=cfg.train_dataloader.dataset.dataset,
-            seed=seed,
-            epochs=int(cfg.train_cfg.max_epochs),
-            iters=int(runner.iter),
-            top1=None if diverged else recorder.top1,
-            final_loss=None if diverged else recorder.final_loss,
-            diverged=diverged,
-            ms_per_iter=recorder.ms_per_iter(),
-            simulated=False,
-            task=TASK,
-        )
+        return train_and_record(
+            cfg, task=TASK, model=model, method=method, method_options=method_options, profile=profile,
+            paper_dataset=paper_dataset, seed=seed,
+        )  # fmt: skip
     finally:
-        del runner
-        _release(name)
         if temp:
             shutil.rmtree(work, ignore_errors=True)
 
