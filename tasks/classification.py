@@ -43,7 +43,6 @@ search runs inside the iterations it falls on and is counted.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
 import shutil
@@ -641,19 +640,9 @@ def summary(result: RunResult) -> str:
 
 def main(argv=None) -> int:
     """`python -m tasks.classification ...`: the `repro train` arguments plus --launcher (torchrun)."""
-    from tasks.cli import add_train_arguments, cmd_train
+    from tasks.cli import task_main
 
-    parser = argparse.ArgumentParser(
-        prog="python -m tasks.classification", description=__doc__.split("\n")[0]
-    )
-    add_train_arguments(parser, task_choice=False)
-    args = parser.parse_args(argv)
-    args.task = TASK
-    try:
-        return cmd_train(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return task_main(TASK, __doc__.split("\n")[0], argv)
 
 
 if __name__ == "__main__":

@@ -109,3 +109,16 @@ def cmd_train(args) -> int:
     if _rank() == 0:
         print(json.dumps(result.to_dict()) if args.json else task.summary(result), flush=True)
     return 0
+
+
+def task_main(task: str, description: str, argv=None) -> int:
+    """`python -m tasks.<task> ...`: the `repro train` arguments for one task (e.g. under torchrun)."""
+    parser = argparse.ArgumentParser(prog=f"python -m tasks.{task}", description=description)
+    add_train_arguments(parser, task_choice=False)
+    args = parser.parse_args(argv)
+    args.task = task
+    try:
+        return cmd_train(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

@@ -38,7 +38,6 @@ loss stops the run before its backward pass and is recorded, not raised); ms per
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import shutil
@@ -402,17 +401,9 @@ def summary(result: RunResult) -> str:
 
 def main(argv=None) -> int:
     """`python -m tasks.detection --config PATH --method daiq [...]`: the `repro train` arguments."""
-    from tasks.cli import add_train_arguments, cmd_train
+    from tasks.cli import task_main
 
-    parser = argparse.ArgumentParser(prog="python -m tasks.detection", description=__doc__.split("\n")[0])
-    add_train_arguments(parser, task_choice=False)
-    args = parser.parse_args(argv)
-    args.task = TASK
-    try:
-        return cmd_train(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return task_main(TASK, __doc__.split("\n")[0], argv)
 
 
 if __name__ == "__main__":

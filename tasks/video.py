@@ -35,7 +35,6 @@ of train_step (as for classification).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import shutil
 import sys
@@ -289,17 +288,9 @@ def run(
 
 def main(argv=None) -> int:
     """`python -m tasks.video ...`: the `repro train` arguments plus --launcher (torchrun)."""
-    from tasks.cli import add_train_arguments, cmd_train
+    from tasks.cli import task_main
 
-    parser = argparse.ArgumentParser(prog="python -m tasks.video", description=__doc__.split("\n")[0])
-    add_train_arguments(parser, task_choice=False)
-    args = parser.parse_args(argv)
-    args.task = TASK
-    try:
-        return cmd_train(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return task_main(TASK, __doc__.split("\n")[0], argv)
 
 
 __all__ = ["RECIPE_VERSION", "TASK", "build_config", "recipe", "run", "summary"]
