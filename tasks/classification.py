@@ -387,62 +387,10 @@ def _param_scheduler(r: dict[str, Any]) -> list[dict]:
     return [dict(scheduler, convert_to_iter_based=True)]
 
 
-def build_config(
-    model: str,
-    method: str,
-    profile: str = "embedded",
-    seed: int = 0,
-    method_options: dict | None = None,
-    paper_dataset: str = "imagenet",
-    data_root: str | None = None,
-    work_dir: str | None = None,
-) -> dict[str, Any]:
-    """The Runner config (a plain dict) of one run; `run` merges cfg_options into it and trains."""
-    _check_choice("method", method, repro.list_methods())
-    r = recipe(model, profile, paper_dataset)
-    r.update(repro.build_method(method, **(method_options or {})).recipe_overrides(profile))
-    dataset = paper_dataset if profile == "paper" else EMBEDDED_STAND_INS[paper_dataset]
-    root = data_root
-    if profile == "paper" and root is None:
-        raise D.DatasetNotFoundError(
-            f"profile 'paper' reads {paper_dataset} from a data root: pass data_root / --data-root"
-        )
-    data = dict(dataset=dataset, root=root, input_size=r["input_size"])
-    loader = dict(
-        num_workers=r["num_workers"],
-        persistent_workers=r["num_workers"] > 0,
-        collate_fn=dict(type="default_collate"),
-    )
-    quiet = profile == "smoke"
+def training_config(r: dict, method: str, method_options: dict | None, profile: str, seed: int) -> dict:
+    """The Runner config entries every top-1 task shares: schedule, optimizer, hooks (the INT8 switch and
+    the run recorder), seed, DDP wrapper and environment. The task adds its model, data and work_dir."""
     return dict(
-        model=dict(
-            type="ReproImageClassifier",
-            arch=model if profile == "paper" else SMALL_SCALE_ARCH.get(model, model),
-            init=None if profile == "paper" else SMALL_SCALE_INIT.get(model),
-            num_classes=num_classes(dataset, root),
-            input_size=r["input_size"],
-        ),
-        work_dir=work_dir,
-        experiment_name=f"{TASK}-{model}-{method}-{profile}-s{seed}-{uuid.uuid4().hex[:8]}",
-        train_dataloader=dict(
-            loader,
-            batch_size=r["batch_size"],
-            drop_last=True,
-            sampler=dict(type="DefaultSampler", shuffle=True),
-            dataset=dict(
-                type="ReproClassificationDataset",
-                split="train",
-                augment=r["augment"],
-                limit=r["train_limit"],
-                **data,
-            ),
-        ),
-        val_dataloader=dict(
-            loader,
-            batch_size=max(r["batch_size"], 64),
-            sampler=dict(type="DefaultSampler", shuffle=False),
-            dataset=dict(type="ReproClassificationDataset", split="val", limit=r["val_limit"], **data),
-        ),
         val_evaluator=dict(type="ReproTop1Accuracy"),
         val_cfg=dict(),
         train_cfg=dict(by_epoch=True, max_epochs=r["epochs"], val_interval=r["val_interval"]),
@@ -475,8 +423,67 @@ def build_config(
             cudnn_benchmark=False,
             dist_cfg=dict(backend="nccl" if torch.cuda.is_available() else "gloo"),
         ),
-        log_level="WARNING" if quiet else "INFO",
+        log_level="WARNING" if profile == "smoke" else "INFO",
         default_scope="mmengine",
+    )
+
+
+def build_config(
+    model: str,
+    method: str,
+    profile: str = "embedded",
+    seed: int = 0,
+    method_options: dict | None = None,
+    paper_dataset: str = "imagenet",
+    data_root: str | None = None,
+    work_dir: str | None = None,
+) -> dict[str, Any]:
+    """The Runner config (a plain dict) of one run; `run` merges cfg_options into it and trains."""
+    _check_choice("method", method, repro.list_methods())
+    r = recipe(model, profile, paper_dataset)
+    r.update(repro.build_method(method, **(method_options or {})).recipe_overrides(profile))
+    dataset = paper_dataset if profile == "paper" else EMBEDDED_STAND_INS[paper_dataset]
+    root = data_root
+    if profile == "paper" and root is None:
+        raise D.DatasetNotFoundError(
+            f"profile 'paper' reads {paper_dataset} from a data root: pass data_root / --data-root"
+        )
+    data = dict(dataset=dataset, root=root, input_size=r["input_size"])
+    loader = dict(
+        num_workers=r["num_workers"],
+        persistent_workers=r["num_workers"] > 0,
+        collate_fn=dict(type="default_collate"),
+    )
+    return dict(
+        model=dict(
+            type="ReproImageClassifier",
+            arch=model if profile == "paper" else SMALL_SCALE_ARCH.get(model, model),
+            init=None if profile == "paper" else SMALL_SCALE_INIT.get(model),
+            num_classes=num_classes(dataset, root),
+            input_size=r["input_size"],
+        ),
+        work_dir=work_dir,
+        experiment_name=f"{TASK}-{model}-{method}-{profile}-s{seed}-{uuid.uuid4().hex[:8]}",
+        train_dataloader=dict(
+            loader,
+            batch_size=r["batch_size"],
+            drop_last=True,
+            sampler=dict(type="DefaultSampler", shuffle=True),
+            dataset=dict(
+                type="ReproClassificationDataset",
+                split="train",
+                augment=r["augment"],
+                limit=r["train_limit"],
+                **data,
+            ),
+        ),
+        val_dataloader=dict(
+            loader,
+            batch_size=max(r["batch_size"], 64),
+            sampler=dict(type="DefaultSampler", shuffle=False),
+            dataset=dict(type="ReproClassificationDataset", split="val", limit=r["val_limit"], **data),
+        ),
+        **training_config(r, method, method_options, profile, seed),
     )
 
 

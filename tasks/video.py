@@ -57,9 +57,9 @@ from tasks.classification import (  # noqa: F401  (importing registers ReproRunR
     RunResult,
     _check_choice,
     _check_loss,
-    _param_scheduler,
     summary,
     train_and_record,
+    training_config,
 )
 from tasks.video_models import VIDEO_MODELS, build_video_model
 
@@ -170,6 +170,7 @@ def build_config(
     """The Runner config (a plain dict) of one run; `run` merges cfg_options into it and trains."""
     _check_choice("method", method, repro.list_methods())
     r = recipe(model, profile, paper_dataset)
+    r.update(repro.build_method(method, **(method_options or {})).recipe_overrides(profile))
     dataset = paper_dataset if profile == "paper" else EMBEDDED_STAND_INS[paper_dataset]
     if profile == "paper" and data_root is None:
         raise D.DatasetNotFoundError(
@@ -212,37 +213,7 @@ def build_config(
             sampler=dict(type="DefaultSampler", shuffle=False),
             dataset=dict(type="ReproFrameClipDataset", split="val", limit=r["val_limit"], **data),
         ),
-        val_evaluator=dict(type="ReproTop1Accuracy"),
-        val_cfg=dict(),
-        train_cfg=dict(by_epoch=True, max_epochs=r["epochs"], val_interval=r["val_interval"]),
-        optim_wrapper=dict(
-            optimizer=dict(type="SGD", lr=r["lr"], momentum=r["momentum"], weight_decay=r["weight_decay"])
-        ),
-        param_scheduler=_param_scheduler(r),
-        default_hooks=dict(
-            logger=dict(type="LoggerHook", interval=r["log_interval"]),
-            checkpoint=dict(type="CheckpointHook", interval=1, max_keep_ckpts=2)
-            if profile == "paper"
-            else None,
-        ),
-        custom_hooks=[
-            dict(type="Int8TrainingHook", method=method, **(method_options or {})),
-            dict(type="ReproRunRecorder", warmup=r["warmup"]),
-        ],
-        randomness=dict(seed=seed),
-        launcher="none",
-        model_wrapper_cfg=dict(
-            type="MMDistributedDataParallel",
-            broadcast_buffers=False,
-            find_unused_parameters=False,
-            **({} if torch.cuda.is_available() else {"device_ids": None}),
-        ),
-        env_cfg=dict(
-            cudnn_benchmark=False,
-            dist_cfg=dict(backend="nccl" if torch.cuda.is_available() else "gloo"),
-        ),
-        log_level="WARNING" if profile == "smoke" else "INFO",
-        default_scope="mmengine",
+        **training_config(r, method, method_options, profile, seed),
     )
 
 
