@@ -107,6 +107,22 @@ def test_ui8_clip_search_finds_the_grid_optimum():
     assert math.isclose(d, cosine_distance(g, c), rel_tol=1e-6)
 
 
+@pytest.mark.parametrize("scale", [1e-24, 1e20])
+def test_ui8_distance_does_not_depend_on_the_gradients_scale(scale):
+    # float32 norms of tiny gradients underflow and of huge ones overflow: d_c came out negative (-0.10
+    # at 1e-24; a RetinaNet head layer's went far enough below 0 for phi = exp(-alpha d_c) to overflow
+    # the optimizer step) or 1.0 (at 1e20)
+    gen = torch.Generator().manual_seed(1)
+    g = torch.randn(50_000, generator=gen) / torch.rand(50_000, generator=gen).clamp_min(0.02)
+    scaled = g * scale
+    for c in (float(g.abs().max()), float(g.abs().max()) / 50):
+        d, d_scaled = cosine_distance(g, c), cosine_distance(scaled, c * scale)
+        assert 0.0 <= d_scaled <= 2.0 and math.isclose(d, d_scaled, rel_tol=1e-3)
+    (c, d), (c_scaled, d_scaled) = search_clip(g), search_clip(scaled)
+    assert math.isclose(c_scaled, c * scale, rel_tol=1e-3) and math.isclose(d_scaled, d, rel_tol=1e-3)
+    assert lr_factor(-10.0, 20, 0.1) == 1.0  # never above 1, whatever d_c
+
+
 def test_ui8_phi_matches_eq8():
     assert math.isclose(lr_factor(0.05, 20, 0.1), math.exp(-1.0))
     assert lr_factor(0.2, 20, 0.1) == 0.1  # exp(-4) = 0.018 is below beta

@@ -28,14 +28,22 @@ GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 def cosine_distance(g: torch.Tensor, c: float) -> float:
-    """d_c = 1 - cos(g, q(g; c) c / 127) with nearest rounding (UI8 eq. 7)."""
-    if c <= 0:
+    """d_c = 1 - cos(g, q(g; c) c / 127) with nearest rounding (UI8 eq. 7), in [0, 2]."""
+    top = float(g.abs().max()) if g.numel() else 0.0
+    if c <= 0 or top == 0.0:
         return 1.0
-    g_hat = (g * (QMAX / c)).clamp_(-QMAX, QMAX).round_()  # the 1/127 scale does not change the cosine
-    denom = g.norm() * g_hat.norm()
+    return _unit_cosine_distance(g / top, c / top)
+
+
+def _unit_cosine_distance(u: torch.Tensor, c: float) -> float:
+    """cosine_distance of u = g / max|g|. The cosine does not depend on the scale of g, and unit-max
+    entries keep u.norm() exact: float32 squares of a tiny gradient's entries (|g| < 1e-19) underflow,
+    the norm came out too small and d_c hugely negative (measured on RetinaNet's head: phi overflowed)."""
+    g_hat = (u * (QMAX / c)).clamp_(-QMAX, QMAX).round_()  # the 1/127 scale does not change the cosine
+    denom = u.norm() * g_hat.norm()
     if float(denom) == 0.0:
         return 1.0
-    return float(1.0 - (g * g_hat).sum() / denom)
+    return min(max(float(1.0 - (u * g_hat).sum() / denom), 0.0), 2.0)
 
 
 def search_clip(
@@ -46,31 +54,36 @@ def search_clip(
     top = float(g.abs().max())
     if top == 0.0:
         return 0.0, 0.0
+    u = g / top  # once, not per candidate (see _unit_cosine_distance)
+
+    def distance(log_c: float) -> float:
+        return _unit_cosine_distance(u, math.exp(log_c) / top)
+
     lo_log, hi_log = math.log(top * low_ratio), math.log(top)
     logs = [lo_log + (hi_log - lo_log) * i / (grid - 1) for i in range(grid)]
-    dists = [cosine_distance(g, math.exp(v)) for v in logs]
+    dists = [distance(v) for v in logs]
     best = min(range(grid), key=dists.__getitem__)
     # Golden-section refinement inside the bracket around the best grid point.
     a, b = logs[max(best - 1, 0)], logs[min(best + 1, grid - 1)]
     x1, x2 = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
-    f1, f2 = cosine_distance(g, math.exp(x1)), cosine_distance(g, math.exp(x2))
+    f1, f2 = distance(x1), distance(x2)
     for _ in range(refine):
         if f1 <= f2:
             b, x2, f2 = x2, x1, f1
             x1 = b - GOLDEN * (b - a)
-            f1 = cosine_distance(g, math.exp(x1))
+            f1 = distance(x1)
         else:
             a, x1, f1 = x1, x2, f2
             x2 = a + GOLDEN * (b - a)
-            f2 = cosine_distance(g, math.exp(x2))
+            f2 = distance(x2)
     candidates = [(dists[best], logs[best]), (f1, x1), (f2, x2)]
     d, log_c = min(candidates)
     return math.exp(log_c), d
 
 
 def lr_factor(d_c: float, alpha: float, beta: float) -> float:
-    """phi(d_c) = max(exp(-alpha d_c), beta), UI8 eq. 8."""
-    return max(math.exp(-alpha * d_c), beta)
+    """phi(d_c) = max(exp(-alpha d_c), beta), UI8 eq. 8; d_c >= 0, so phi <= 1."""
+    return max(math.exp(-alpha * max(d_c, 0.0)), beta)
 
 
 class Ui8Quantizer(LayerQuantizer):
