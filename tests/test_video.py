@@ -128,7 +128,7 @@ def test_one_int8_training_step_of_each_model(name, monkeypatch):
 
 
 def _small(name: str, train: int, val: int) -> VD.MotionSet:
-    return dataclasses.replace(VD.MOTION_SETS[name], train_per_class=train, val_per_class=val)
+    return dataclasses.replace(VD.MOTION_SETS[name], train_per_class=train, val_per_class=val, per_group=5)
 
 
 def test_frame_folder_loaders_read_the_generated_layouts(tmp_path):
@@ -146,6 +146,11 @@ def test_frame_folder_loaders_read_the_generated_layouts(tmp_path):
     item = ds[0]
     assert item["inputs"].shape == (3, 8, 32, 32) and item["inputs"].dtype == torch.float32
     assert item["labels"] == 0 and len(ds) == 50 and ds.num_frames(0) == 8
+    assert not ds.per_clip_norm  # real data: the dataset's statistics; the stand-ins: per clip
+    ds.per_clip_norm = True
+    per_clip = ds[0]["inputs"]
+    assert per_clip.mean(dim=(1, 2, 3)).abs().max() < 1e-4
+    assert (per_clip.std(dim=(1, 2, 3)) - 1).abs().max() < 0.05  # std + PER_CLIP_EPS
     kds = VD.FrameClipDataset(VD.KINETICS400, "train", str(kin), clip_len=4, frame_interval=2, input_size=16)
     assert len(kds) == 40 and len(kds.classes) == 20 and kds.classes[19] == "circle_ccw_fast"
     assert kds[39]["inputs"].shape == (3, 4, 16, 16) and kds[39]["labels"] == 19
