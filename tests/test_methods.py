@@ -119,7 +119,8 @@ def test_ui8_distance_does_not_depend_on_the_gradients_scale(scale):
         d, d_scaled = cosine_distance(g, c), cosine_distance(scaled, c * scale)
         assert 0.0 <= d_scaled <= 2.0 and math.isclose(d, d_scaled, rel_tol=1e-3)
     (c, d), (c_scaled, d_scaled) = search_clip(g), search_clip(scaled)
-    assert math.isclose(c_scaled, c * scale, rel_tol=1e-3) and math.isclose(d_scaled, d, rel_tol=1e-3)
+    # d_c is flat near its minimum: the clip found may move by a fraction of a percent, its distance may not
+    assert math.isclose(c_scaled, c * scale, rel_tol=1e-2) and math.isclose(d_scaled, d, rel_tol=1e-3)
     assert lr_factor(-10.0, 20, 0.1) == 1.0  # never above 1, whatever d_c
 
 
