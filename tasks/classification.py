@@ -556,16 +556,38 @@ def run(
     _check_choice("method", method, repro.list_methods())
     _check_choice("paper_dataset", paper_dataset, PAPER_DATASETS)
     repro.build_method(method, **method_options)  # bad method options fail here, before any data
+    return build_and_train(
+        TASK, build_config, model=model, method=method, profile=profile, seed=seed,
+        method_options=method_options, paper_dataset=paper_dataset, data_root=data_root,
+        work_dir=work_dir, cfg_options=cfg_options,
+    )  # fmt: skip
+
+
+def build_and_train(
+    task: str,
+    build: Any,
+    *,
+    model: str,
+    method: str,
+    profile: str,
+    seed: int,
+    method_options: dict,
+    paper_dataset: str,
+    data_root: str | None,
+    work_dir: str | None,
+    cfg_options: dict | None,
+) -> RunResult:
+    """`run` of every top-1 task: the task's `build` (its build_config) makes the Runner config in
+    work_dir (a temporary folder, removed afterwards, when None), cfg_options are merged into it, and
+    train_and_record trains it."""
     temp = work_dir is None
-    work = tempfile.mkdtemp(prefix=f"repro-{TASK}-") if temp else work_dir
-    cfg = Config(
-        build_config(model, method, profile, seed, method_options, paper_dataset, data_root, str(work))
-    )
-    if cfg_options:
-        cfg.merge_from_dict(copy.deepcopy(cfg_options))
+    work = tempfile.mkdtemp(prefix=f"repro-{task}-") if temp else work_dir
     try:
+        cfg = Config(build(model, method, profile, seed, method_options, paper_dataset, data_root, str(work)))
+        if cfg_options:
+            cfg.merge_from_dict(copy.deepcopy(cfg_options))
         return train_and_record(
-            cfg, task=TASK, model=model, method=method, method_options=method_options, profile=profile,
+            cfg, task=task, model=model, method=method, method_options=method_options, profile=profile,
             paper_dataset=paper_dataset, seed=seed,
         )  # fmt: skip
     finally:

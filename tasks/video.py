@@ -36,16 +36,12 @@ of train_step (as for classification).
 
 from __future__ import annotations
 
-import copy
-import shutil
 import sys
-import tempfile
 import uuid
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from mmengine.config import Config
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
 
@@ -58,8 +54,8 @@ from tasks.classification import (  # noqa: F401  (importing registers ReproRunR
     RunResult,
     _check_choice,
     _check_loss,
+    build_and_train,
     summary,
-    train_and_record,
     training_config,
 )
 from tasks.video_models import VIDEO_MODELS, build_video_model
@@ -245,21 +241,11 @@ def run(
     _check_choice("method", method, repro.list_methods())
     _check_choice("paper_dataset", paper_dataset, PAPER_DATASETS)
     repro.build_method(method, **method_options)  # bad method options fail here, before any data
-    temp = work_dir is None
-    work = tempfile.mkdtemp(prefix=f"repro-{TASK}-") if temp else work_dir
-    cfg = Config(
-        build_config(model, method, profile, seed, method_options, paper_dataset, data_root, str(work))
-    )
-    if cfg_options:
-        cfg.merge_from_dict(copy.deepcopy(cfg_options))
-    try:
-        return train_and_record(
-            cfg, task=TASK, model=model, method=method, method_options=method_options, profile=profile,
-            paper_dataset=paper_dataset, seed=seed,
-        )  # fmt: skip
-    finally:
-        if temp:
-            shutil.rmtree(work, ignore_errors=True)
+    return build_and_train(
+        TASK, build_config, model=model, method=method, profile=profile, seed=seed,
+        method_options=method_options, paper_dataset=paper_dataset, data_root=data_root,
+        work_dir=work_dir, cfg_options=cfg_options,
+    )  # fmt: skip
 
 
 def main(argv=None) -> int:
