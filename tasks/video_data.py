@@ -51,11 +51,13 @@ stands in for, so that it is read back by the same loader code:
 The loader normalises the stand-ins per clip (each colour channel by its mean and std over the clip's
 frames): background and shape colours are drawn per clip and carry no class information, and with
 dataset-wide statistics that nuisance kept from-scratch 3-D ResNets from learning the motion in the
-budget. Measured (R3D-18 FP32, 16x16 input, batch 16, lr 0.0125, 200 iterations on 3,200 fresh
-motion10 clips, one CPU thread): dataset statistics 16-19% clip top-1 (chance 10%; a plain background
-did not help: 11%), per-clip normalisation 64%. Version 1 moved a single shape, version 2 a group of
-shapes (both stayed near chance with dataset statistics); version 3 (this one) has 3.6x / 2.7x more
-clips, so that an embedded run sees each training clip about once and cannot memorise them.
+budget. Measured on version-2 motion10 clips rendered in memory (R3D-18 FP32, 16x16 input, batch 16,
+one CPU thread, clip top-1, chance 10%): with dataset statistics, the best of the variants tried (lr
+0.003-0.03, Adam, larger or faster groups, 3,200-4,800 fresh clips, 100-300 iterations) reached 16-19.5%,
+and lr 0.0125 with 200 iterations on 3,200 fresh clips reached 11% with a plain background; per-clip
+normalisation at those same settings (patterned background) reached 64%. Version 1 moved a single
+shape, version 2 a group of shapes; version 3 (this one) has 3.6x / 2.7x more clips, so that an
+embedded run sees each training clip about once and cannot memorise them.
 Clips are 8 frames of 32x32 RGB (drawn at 64x64 and averaged down), JPEG quality 95 without chroma
 subsampling. Their accuracies are not UCF-101 or Kinetics-400 numbers and are never presented as such.
 """
