@@ -36,7 +36,7 @@ def time_steps(
     runs = {}
     for method in methods:
         m = build_method(method)
-        model = quantize_model(copy.deepcopy(base), m)
+        model = quantize_model(copy.deepcopy(base), m, channels_last_out=True)  # as the tasks run
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         opt = m.make_optimizer(model, opt) or opt  # a method's own optimizer (WAGEUBN's) is timed too
         LayerLrScaling(model, opt)

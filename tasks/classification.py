@@ -406,7 +406,9 @@ def training_config(r: dict, method: str, method_options: dict | None, profile: 
             else None,
         ),
         custom_hooks=[
-            dict(type="Int8TrainingHook", method=method, **(method_options or {})),
+            # channels_last_out: only torch's own ops follow these networks' convolutions, and they take
+            # any layout (repro.layers.Int8Conv)
+            dict(type="Int8TrainingHook", method=method, channels_last_out=True, **(method_options or {})),
             dict(type="ReproRunRecorder", warmup=r["warmup"]),
         ],
         randomness=dict(seed=seed),
