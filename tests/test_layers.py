@@ -1,6 +1,8 @@
 """Quantized layers: forward and GX/GW equal the METHODS.md formulas, computed here independently
 (dequantized integer operands, float64 convolution), for every method and op family."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -137,3 +139,34 @@ def test_input_without_grad_skips_the_input_gradient():
     conv = quantize_model(nn.Conv2d(3, 4, 3), "daiq", skip=())
     conv(torch.randn(2, 3, 6, 6)).sum().backward()
     assert conv.weight.grad is not None
+
+
+LAYOUTS = [
+    (2, torch.contiguous_format),
+    (2, torch.channels_last),
+    (3, torch.contiguous_format),
+    (3, torch.channels_last_3d),
+]
+
+
+@pytest.mark.parametrize("dims,layout", LAYOUTS)
+def test_conv_output_and_input_gradient_take_the_input_layout(dims, layout):
+    """As torch's convolution: the backends compute channels-last, but an NCHW input gets NCHW back (ops
+    such as mmcv's RoIAlign read raw memory as NCHW); channels_last_out keeps the backend's layout."""
+    torch.manual_seed(0)
+    conv = getattr(nn, f"Conv{dims}d")(4, 6, 3, padding=1)
+    shape = (2, 4, *([6] * dims))
+    x = torch.randn(shape).contiguous(memory_format=layout).requires_grad_()
+    results = {}
+    for keep in (False, True):
+        layer = quantize_model(copy.deepcopy(conv), "daiq", skip=(), channels_last_out=keep)
+        x.grad = None
+        y = layer(x)
+        y.backward(torch.ones_like(y))  # deterministic codes: a constant G quantizes exactly
+        results[keep] = (y.detach(), x.grad)
+    cl = torch.channels_last if dims == 2 else torch.channels_last_3d
+    y, gx = results[False]
+    assert y.is_contiguous(memory_format=layout) and gx.is_contiguous(memory_format=layout)
+    y_cl, gx_cl = results[True]
+    assert y_cl.is_contiguous(memory_format=cl)  # (input gradients: as the backend's routes leave them)
+    assert torch.equal(y, y_cl) and torch.equal(gx, gx_cl)  # the same numbers either way
