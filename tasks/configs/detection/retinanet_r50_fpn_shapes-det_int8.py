@@ -68,11 +68,11 @@ test_evaluator = val_evaluator
 
 # SGD with the 1x schedule's momentum and weight decay, lr 0.0025 at batch 4 (RetinaNet's 1x rate, 0.01 at
 # batch 16, scaled linearly) with the gradient clipping of MMDetection's from-scratch configs, linear warm-up
-# over 40 iterations, x0.1 for the last epoch; the same for FP32 and every INT8 method. Measured on Faster
-# R-CNN: one epoch left FP32 at mAP 0.4; lr 0.01 took FP32 to mAP 69.8 but INT8 (UI8, DAIQ, GQ) off course
-# from iteration ~30 (the RPN's box loss rose from 0.04 to 0.25-0.5) to mAP 0.0-0.1. At 0.0025 DAIQ's losses
-# followed FP32's for 100 iterations and DAIQ RetinaNet trains (mAP 13.0 vs FP32 11.6), but over the whole
-# run INT8 Faster R-CNN still goes off course the same way (mAP 0.5-0.6 vs 54.2): open, see the README.
+# over 40 iterations, x0.1 for the last epoch; the same for FP32 and every INT8 method. One epoch left FP32
+# Faster R-CNN at mAP 0.4. lr 0.01 took FP32 to mAP 69.8 (Faster R-CNN) and 12.9 (RetinaNet), but INT8
+# RetinaNet (UI8, DAIQ) left course from iteration ~30 and ended at mAP 0.0-0.1; at 0.0025 DAIQ RetinaNet
+# trains. (The INT8 Faster R-CNN runs of that sweep predate the fix of the int8 layers' output layout, which
+# mmcv's RoIAlign misread: they say nothing about the rate.)
 optim_wrapper = dict(optimizer=dict(lr=0.0025), clip_grad=dict(max_norm=35, norm_type=2))
 param_scheduler = [
     dict(type="LinearLR", start_factor=0.01, by_epoch=False, begin=0, end=40),
