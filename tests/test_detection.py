@@ -92,6 +92,54 @@ def test_one_line_override_on_an_unmodified_shipped_config(tmp_path):
     assert MMDET_HOOKS.module_dict["Int8TrainingHook"] is Int8TrainingHook  # in mmdet's registry itself
 
 
+def _leaves(node, prefix=""):
+    """{dotted path: value} of every leaf of a nested config dict."""
+    if not isinstance(node, dict):
+        return {prefix: node}
+    return {k: v for key, value in node.items() for k, v in _leaves(value, f"{prefix}{key}.").items()}
+
+
+@pytest.mark.parametrize(
+    "model, shipped, changed",
+    [
+        (
+            "faster_rcnn_r50_fpn",
+            "faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py",
+            {
+                "roi_head.bbox_head.num_classes.",
+                "train_cfg.rpn_proposal.nms_pre.",
+                "train_cfg.rpn_proposal.max_per_img.",
+                "train_cfg.rcnn.sampler.num.",
+                "test_cfg.rpn.nms_pre.",
+                "test_cfg.rpn.max_per_img.",
+            },
+        ),
+        ("retinanet_r50_fpn", "retinanet/retinanet_r50_fpn_1x_coco.py", {"bbox_head.num_classes."}),
+    ],
+)
+def test_embedded_configs_change_only_sizes_and_initialisation_of_the_shipped_networks(
+    model, shipped, changed, tmp_path
+):
+    """The shapes-det configs (shared recipe file) keep the shipped detector but for the documented keys."""
+    ours = Config.fromfile(str(D.config_path(model, "embedded", "coco")))
+    (tmp_path / "shipped.py").write_text(f'_base_ = "mmdet::{shipped}"\n')
+    theirs = Config.fromfile(str(tmp_path / "shipped.py"))
+    a, b = _leaves(ours.model.to_dict()), _leaves(theirs.model.to_dict())
+    from_scratch = {
+        "backbone.init_cfg.",
+        "backbone.init_cfg.type.",
+        "backbone.init_cfg.checkpoint.",
+        "backbone.frozen_stages.",
+        "backbone.norm_eval.",
+    }
+    assert {
+        k for k in a.keys() | b.keys() if k not in a or k not in b or a[k] != b[k]
+    } == changed | from_scratch
+    assert ours.model.backbone.init_cfg is None and ours.model.backbone.frozen_stages == -1
+    assert ours.embedded_data == DD.NAME and ours.train_dataloader.batch_size == 4
+    assert ours.custom_hooks[0].type == "Int8TrainingHook"
+
+
 def test_bad_method_fails_when_the_config_is_built(cache):
     with _scope(), pytest.raises(ValueError, match="known methods: .*daiq"):
         HOOKS.build(dict(type="Int8TrainingHook", method="int4"))
