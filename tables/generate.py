@@ -20,6 +20,7 @@ import shutil
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,7 +192,7 @@ def run_cells(
             start = time.perf_counter()
             log = _cell_log(log_root, cell)
             try:
-                with log as stream, contextlib.redirect_stdout(stream or sys.stdout):
+                with log as stream, contextlib.redirect_stdout(stream or sys.stdout), _warnings_to(stream):
                     raw = runner(
                         model=cell.model,
                         method=cell.method,
@@ -231,6 +232,18 @@ def _cell_log(log_root: Path | None, cell: Cell) -> contextlib.AbstractContextMa
         return contextlib.nullcontext(None)
     log_root.mkdir(parents=True, exist_ok=True)
     return open(log_root / f"{cell.key}.log", "w", buffering=1)
+
+
+@contextlib.contextmanager
+def _warnings_to(stream):
+    """Warnings raised during a cell go to its log with its stdout (libraries warn on every run, which
+    cluttered the progress bar); stream None leaves them on the terminal."""
+    with warnings.catch_warnings():
+        if stream is not None:
+            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: (
+                stream.write(warnings.formatwarning(message, category, filename, lineno, line))
+            )
+        yield
 
 
 def generate(

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import time
+import warnings
 
 import pandas as pd
 import pytest
@@ -512,15 +513,17 @@ def test_cli_writes_the_table_and_sends_training_logs_to_files(tmp_path, monkeyp
     class ChattyRunner(FakeRunner):
         def __call__(self, **kw):
             print("epoch 1 of a very chatty training log")
+            warnings.warn("a library's deprecation notice", UserWarning, stacklevel=1)
             return super().__call__(**kw)
 
     monkeypatch.setattr(tables.generate, "load_task_runner", lambda task: (ChattyRunner(), "fake"))
     args = ["table", "table2", "--profile", "smoke", "--results-dir", str(tmp_path), "--no-progress"]
     assert repro_main(args) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("# DAIQ Table 2") and "chatty" not in out
+    out, err = capsys.readouterr()
+    assert out.startswith("# DAIQ Table 2") and "chatty" not in out and "deprecation notice" not in err
     logs = list((tmp_path / "logs").glob("*.log"))
     assert len(logs) == 5 and all("chatty" in p.read_text() for p in logs)
+    assert all("UserWarning: a library's deprecation notice" in p.read_text() for p in logs)
     verbose = ["table", "table2", "--profile", "smoke", "--results-dir", str(tmp_path / "v"), "--verbose"]
     assert repro_main([*verbose, "--no-progress"]) == 0
     assert "chatty" in capsys.readouterr().out and not (tmp_path / "v" / "logs").exists()
