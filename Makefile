@@ -31,12 +31,17 @@ test:
 #     --benchmark-warmup=off --benchmark-timer=time.process_time"
 BENCH_ARGS ?= --benchmark-min-rounds=3 --benchmark-max-time=0.3 --benchmark-warmup=off
 
-.PHONY: bench
+# DEVICE=cuda times the same layers on the GPU at batch 64 against cuDNN fp16 (DAIQ Figure 4's setting);
+# `make fig4` then draws DAIQ Figure 4 from the JSON.
+.PHONY: bench fig4
 bench:
 	mkdir -p $(RESULTS)
-	$(BIN)/python -m pytest tests/bench -q --benchmark-enable --benchmark-only \
+	REPRO_BENCH_DEVICE=$(DEVICE) $(BIN)/python -m pytest tests/bench -q --benchmark-enable --benchmark-only \
 	  --benchmark-json=$(RESULTS)/kernel_bench.json --benchmark-columns=min,median,rounds $(BENCH_ARGS)
 	$(BIN)/python -m kernels.bench_report $(RESULTS)/kernel_bench.json --out $(RESULTS)
+
+fig4:
+	$(BIN)/python -m tables.figures.daiq_figure4 $(RESULTS)/kernel_bench.json --out $(RESULTS)
 
 lint:
 	$(BIN)/ruff check .
@@ -57,8 +62,16 @@ PROFILE   ?= embedded
 SEEDS     ?=
 DATA_ROOT ?=
 RESULTS   ?= results
+# Speed tables (DAIQ Table 7, UI8 Tables 10 and 2): ResNet-50 training steps timed side by side on
+# DEVICE (cuda when present); BATCH, SIZE and ROUNDS override the profile's defaults (the paper's batch 64
+# at 224 px on a GPU, batch 16 on the CPU). PROFILE=smoke times a tiny step in seconds.
+SPEED_TABLES := table7 ui8-table10 ui8-table2
+DEVICE ?=
+BATCH  ?=
+SIZE   ?=
+ROUNDS ?=
 TABLES    := table1 table2 table3 table4 table6 ui8-table3 ui8-table4 ui8-table5 ui8-table6 ui8-table7 \
-             wageubn-table1 wageubn-table2 table5 ui8-table8 ui8-table9
+             wageubn-table1 wageubn-table2 table5 ui8-table8 ui8-table9 $(SPEED_TABLES)
 # Detection tables (R-50-FPN detectors, MMDetection): one seed unless SEEDS is given on the command line,
 # as a seed of them costs what a whole classification table does on a CPU.
 DETECTION_TABLES := table5 ui8-table8 ui8-table9
@@ -67,10 +80,15 @@ $(DETECTION_TABLES): SEEDS = 1
 table6: SEEDS = 1
 TABLE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
              $(if $(DATA_ROOT),--data-root $(DATA_ROOT))
+SPEED_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DEVICE),--device $(DEVICE)) \
+             $(if $(BATCH),--batch $(BATCH)) $(if $(SIZE),--size $(SIZE)) $(if $(ROUNDS),--rounds $(ROUNDS))
 
 .PHONY: tables $(TABLES)
 
 tables: $(TABLES)
 
-$(TABLES):
+$(filter-out $(SPEED_TABLES),$(TABLES)):
 	$(BIN)/python -m repro.cli table $@ $(TABLE_ARGS)
+
+$(SPEED_TABLES):
+	$(BIN)/python -m repro.cli table $@ $(SPEED_ARGS)

@@ -20,7 +20,7 @@ def cmd_step_time(args) -> int:
     from repro.steptime import report, time_steps
 
     methods = args.methods.split(",")
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in METHODS and m not in ("bf16", "fp16")]
     if unknown:
         print(
             f"error: unknown method {unknown[0]!r}; choose from {', '.join(list_methods())}", file=sys.stderr
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     )
     p = sub.add_parser("step-time", help="time one training step per method, side by side")
     p.add_argument("--model", default="resnet18")
-    p.add_argument("--methods", default="fp32,daiq")
+    p.add_argument("--methods", default="fp32,daiq", help="methods, and bf16 / fp16 for mixed precision")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--rounds", type=int, default=5)

@@ -1,10 +1,13 @@
 """`repro table NAME`: regenerate one paper table (see tables.generate).
 
     repro table table4 [--profile embedded] [--seeds N] [--data-root D] [--results-dir results]
+    repro table table7 [--device cuda|cpu] [--batch 64] [--size 224] [--rounds R]
 
-NAME is the make-target name: table1..table4 (DAIQ's numbering), ui8-table3..ui8-table7,
-wageubn-table1, wageubn-table2. Exit status: 0 written, 1 written with failed cells (or the task is
-not available), 2 bad arguments, 130 interrupted (finished cells stay cached; rerun to resume).
+NAME is the make-target name: table1..table7 (DAIQ's numbering), ui8-table2..ui8-table10,
+wageubn-table1, wageubn-table2. table7, ui8-table10 and ui8-table2 are speed tables: they time
+training steps on the device at hand instead of training. Exit status: 0 written, 1 written with
+failed cells (or the task is not available), 2 bad arguments, 130 interrupted (finished cells stay
+cached; rerun to resume).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import argparse
 import sys
 
 from tables.generate import DEFAULT_SEEDS, PROFILES
-from tables.specs import SPECS, list_tables
+from tables.specs import SPEED_SPECS, list_tables
 
 
 def add_table_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,6 +34,11 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--data-root", default=None, help="where the paper profile finds its datasets")
     p.add_argument("--results-dir", default="results", help="output and cache directory (default results)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    speed = p.add_argument_group("speed tables (table7, ui8-table10, ui8-table2)")
+    speed.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
+    speed.add_argument("--batch", type=int, default=None, help="batch size (default: 64; 16 on the CPU)")
+    speed.add_argument("--size", type=int, default=None, help="input resolution (default: 224)")
+    speed.add_argument("--rounds", type=int, default=None, help="timed rounds (default per profile)")
     p.add_argument(
         "--verbose",
         action="store_true",
@@ -43,8 +51,12 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
 def cmd_table(args) -> int:
     from tables.generate import generate
 
-    if args.name not in SPECS:
+    if args.name not in list_tables():
         print(f"error: unknown table {args.name!r}; choose from {', '.join(list_tables())}", file=sys.stderr)
+        return 2
+    speed_only = [f"--{a}" for a in ("device", "batch", "size", "rounds") if getattr(args, a) is not None]
+    if speed_only and args.name not in SPEED_SPECS:
+        print(f"error: {', '.join(speed_only)} applies to the speed tables only", file=sys.stderr)
         return 2
     if args.profile not in PROFILES:
         print(f"error: unknown profile {args.profile!r}; choose from {', '.join(PROFILES)}", file=sys.stderr)
@@ -52,6 +64,8 @@ def cmd_table(args) -> int:
     if args.seeds is not None and args.seeds < 1:
         print(f"error: --seeds must be at least 1, got {args.seeds}", file=sys.stderr)
         return 2
+    if args.name in SPEED_SPECS:
+        return _speed_table(args)
     command = f"repro table {args.name} --profile {args.profile}"
     if args.seeds is not None:
         command += f" --seeds {args.seeds}"
@@ -85,6 +99,44 @@ def cmd_table(args) -> int:
         file=sys.stderr,
     )
     return 1 if out.errors else 0
+
+
+def _speed_table(args) -> int:
+    from tables.speed import generate_speed
+
+    command = f"repro table {args.name} --profile {args.profile}"
+    for a in ("device", "batch", "size", "rounds"):
+        if getattr(args, a) is not None:
+            command += f" --{a} {getattr(args, a)}"
+    try:
+        out = generate_speed(
+            args.name,
+            profile=args.profile,
+            device=args.device,
+            batch=args.batch,
+            size=args.size,
+            rounds=args.rounds,
+            results_dir=args.results_dir,
+            progress=not args.no_progress,
+            command=command,
+        )
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted: the rounds timed so far are saved under {args.results_dir}/cache; "
+            f"run `{command}` again to resume",
+            file=sys.stderr,
+        )
+        return 130
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(out.markdown)
+    print(
+        f"wrote {out.paths['md']}, {out.paths['csv']} and {out.paths['meta']}"
+        + (" (from the cache)" if out.cached else ""),
+        file=sys.stderr,
+    )
+    return 0
 
 
 def main(argv=None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from tables.spec import Spec
+from tables.speed_spec import PeriodSpec, StepTimeSpec
 
 # One name per spec module, in the order tables are listed (a new table is one line here).
 _MODULES = (
@@ -25,16 +26,25 @@ _MODULES = (
     "wageubn_table2",
 )
 
-SPECS: dict[str, Spec] = {
-    spec.name: spec for spec in (importlib.import_module(f"tables.specs.{m}").SPEC for m in _MODULES)
-}
+# The speed tables: timings of training steps, not trainings (tables.speed).
+_SPEED_MODULES = ("daiq_table7", "ui8_table10", "ui8_table2")
+
+
+def _load(modules):
+    return {spec.name: spec for spec in (importlib.import_module(f"tables.specs.{m}").SPEC for m in modules)}
+
+
+SPECS: dict[str, Spec] = _load(_MODULES)
+SPEED_SPECS: dict[str, StepTimeSpec | PeriodSpec] = _load(_SPEED_MODULES)
 
 
 def list_tables() -> list[str]:
-    return list(SPECS)
+    return [*SPECS, *SPEED_SPECS]
 
 
-def get_spec(name: str) -> Spec:
+def get_spec(name: str):
+    if name in SPEED_SPECS:
+        return SPEED_SPECS[name]
     if name not in SPECS:
-        raise KeyError(f"unknown table {name!r}; choose from {', '.join(SPECS)}")
+        raise KeyError(f"unknown table {name!r}; choose from {', '.join(list_tables())}")
     return SPECS[name]

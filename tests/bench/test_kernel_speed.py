@@ -1,20 +1,25 @@
-"""Kernel timing: every distinct layer shape of ResNet-50 (batch 32, 224x224), int8 against fp32 and bf16.
+"""Kernel timing: every distinct layer shape of ResNet-50 (224x224), int8 against fp32 and half precision.
 
-For each layer and each op (forward, input grad, weight grad) four implementations are timed:
+The device is ``$REPRO_BENCH_DEVICE`` (``make bench DEVICE=cuda|cpu``; default: cuda when present). On a
+GPU the batch is the paper's 64 (DAIQ Figure 4) and half precision is fp16; on the CPU batch 32 and bf16
+(a CPU has no fast fp16). For each layer and each op (forward, input grad, weight grad) four
+implementations are timed:
 
 * ``int8``    the whole int8 step on fp32 operands: quantize (repro.quant: per-tensor absmax, nearest for
               x and w, stochastic for the gradient, per-output-channel stochastic for the weight
-              gradient's g as DAIQ's GVQ), the exact int8 op (kernels.cpu), dequantize to fp32.
+              gradient's g as DAIQ's GVQ), the exact int8 op (the device's backend), dequantize to fp32.
               Codes the real layer saves from its forward pass (x and w codes) are made outside the timer.
 * ``int8-op`` the int8 op alone on int8 operands (int32 out).
-* ``fp32``    torch's own fp32 op, channels-last (the faster fp32 layout here).
-* ``bf16``    the same under ``torch.autocast("cpu", torch.bfloat16)``, channels-last: the forward pass
-              casts fp32 x and w inside the timer, the backward ops take bf16 tensors as autograd has them.
+* ``fp32``    torch's own fp32 op (cuDNN / oneDNN), channels-last; on CUDA without TF32.
+* ``fp16`` / ``bf16``  the same under ``torch.autocast``, channels-last: the forward pass casts fp32 x and
+              w inside the timer, the backward ops take half tensors as autograd has them.
 
+On CUDA every timed call ends with a synchronisation, so the clock sees the kernels' time.
 ``make bench`` runs them with pytest-benchmark (results/kernel_bench.json) and kernels/bench_report.py
-turns the JSON into results/kernel_speedup.md and .png. Under plain ``pytest`` (benchmarking disabled,
-as in pyproject's addopts) every case runs once on a shrunk shape and is checked instead: int8-op equals
-kernels.reference bit for bit, int8 / bf16 are close to fp32, fp32 is close to float64.
+turns the JSON into results/kernel_speedup.md and .png (``make fig4``: DAIQ Figure 4 from the same JSON).
+Under plain ``pytest`` (benchmarking disabled, as in pyproject's addopts) every case runs once on a
+shrunk shape and is checked instead: int8-op equals kernels.reference bit for bit, int8 / half are
+close to fp32, fp32 is close to float64.
 """
 
 from __future__ import annotations
@@ -25,10 +30,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import cpu, reference
+import kernels
+from kernels import devices, reference
 from repro.quant import QMAX, absmax, float_inplace, quantize
 
-BATCH = 32
+DEVICE = devices.resolve(os.environ.get("REPRO_BENCH_DEVICE") or None)
+CUDA = DEVICE.type == "cuda"
+BATCH = 64 if CUDA else 32  # DAIQ Figure 4's batch on a GPU; 32 keeps the CPU run to a few minutes
+HALF = torch.float16 if CUDA else torch.bfloat16
+HALF_NAME = "fp16" if CUDA else "bf16"
+BACKEND = kernels.get_backend(DEVICE)
 # (name, count in the network, cin, input size, cout, kernel, stride, padding); read off torchvision's
 # resnet50() with forward hooks (test_resnet50_table_matches_torchvision checks it). Names follow the
 # x-axis of DAIQ Figure 4: C-feature size-K-kernel-stride.
@@ -59,7 +70,7 @@ RESNET50 = [
     ("linear", 1, 2048, 1, 1000, 1, 1, 0),
 ]
 OPS = ("fwd", "dx", "dw")
-IMPLS = ("int8", "int8-op", "fp32", "bf16")
+IMPLS = ("int8", "int8-op", "fp32", HALF_NAME)
 CL = torch.channels_last
 
 
@@ -78,26 +89,30 @@ def shrink(layer):
 class Case:
     """fp32 operands of one layer and the int8 codes a real layer would have saved from its forward."""
 
-    def __init__(self, layer, batch: int, seed: int):
+    def __init__(self, layer, batch: int, seed: int, device: torch.device = DEVICE):
         kind, _, cin, hw, cout, k, s, p = layer
         gen = torch.Generator().manual_seed(seed)
         self.conv = kind == "conv"
         self.geometry = (s, p, 1, 1)
+        self.device = device
         if self.conv:
-            self.x = torch.randn((batch, cin, hw, hw), generator=gen).contiguous(memory_format=CL)
-            self.w = torch.randn((cout, cin, k, k), generator=gen).mul_((cin * k * k) ** -0.5)
-            y = F.conv2d(self.x, self.w, stride=s, padding=p)
+            x = torch.randn((batch, cin, hw, hw), generator=gen)
+            w = torch.randn((cout, cin, k, k), generator=gen).mul_((cin * k * k) ** -0.5)
+            y_shape = F.conv2d(x[:1], w, stride=s, padding=p).shape[1:]
+            self.x = x.to(device).contiguous(memory_format=CL)
+            self.w = w.to(device)
+            g = torch.randn((batch, *y_shape), generator=gen)
+            self.g = g.to(device).contiguous(memory_format=CL)
         else:
-            self.x = torch.randn((batch, cin), generator=gen)
-            self.w = torch.randn((cout, cin), generator=gen).mul_(cin**-0.5)
-            y = F.linear(self.x, self.w)
-        self.g = torch.randn(y.shape, generator=gen)
-        self.g = self.g.contiguous(memory_format=CL) if self.conv else self.g
+            self.x = torch.randn((batch, cin), generator=gen).to(device)
+            self.w = torch.randn((cout, cin), generator=gen).mul_(cin**-0.5).to(device)
+            self.g = torch.randn((batch, cout), generator=gen).to(device)
         self.sx, self.sw = absmax(self.x), absmax(self.w)
         self.xq, self.wq = quantize(self.x, self.sx), quantize(self.w, self.sw)
         self.gq = quantize(self.g, absmax(self.g))
-        self.xb, self.wb, self.gb = (t.bfloat16() for t in (self.x, self.w, self.g))
-        self.gen = gen
+        self.xh, self.wh, self.gh = (t.to(HALF) for t in (self.x, self.w, self.g))
+        self.backend = kernels.get_backend(device)
+        self.gen = torch.Generator(device=device).manual_seed(seed)
 
     # ---- int8, quantization included
 
@@ -106,25 +121,27 @@ class Case:
         if op == "fwd":
             sx, sw = absmax(self.x), absmax(self.w)
             xq, wq = quantize(self.x, sx), quantize(self.w, sw)
-            acc = cpu.conv_forward(xq, wq, *self.geometry) if self.conv else cpu.linear_forward(xq, wq)
+            b = self.backend
+            acc = b.conv_forward(xq, wq, *self.geometry) if self.conv else b.linear_forward(xq, wq)
             return float_inplace(acc).mul_(sx * sw / QMAX**2)
         if op == "dx":
             sg = absmax(self.g)
             gq = quantize(self.g, sg, rounding="stochastic", generator=self.gen)
             if self.conv:
-                acc = cpu.conv_input_grad(gq, self.wq, self.x.shape, *self.geometry)
+                acc = self.backend.conv_input_grad(gq, self.wq, self.x.shape, *self.geometry)
             else:
-                acc = cpu.linear_input_grad(gq, self.wq)
+                acc = self.backend.linear_input_grad(gq, self.wq)
             return float_inplace(acc).mul_(sg * self.sw / QMAX**2)
         sc = absmax(self.g, axis=1)  # one scale per output channel (DAIQ's GVQ)
         gq = quantize(self.g, sc, axis=1, rounding="stochastic", generator=self.gen)
         if self.conv:
-            acc = float_inplace(cpu.conv_weight_grad(self.xq, gq, self.w.shape, *self.geometry))
+            acc = float_inplace(self.backend.conv_weight_grad(self.xq, gq, self.w.shape, *self.geometry))
         else:
-            acc = float_inplace(cpu.linear_weight_grad(self.xq, gq))
+            acc = float_inplace(self.backend.linear_weight_grad(self.xq, gq))
         return acc.mul_(sc.reshape(-1, *[1] * (acc.dim() - 1))).mul_(self.sx / QMAX**2)
 
-    def int8_op(self, op: str, backend=cpu):
+    def int8_op(self, op: str, backend=None):
+        backend = backend or self.backend
         xq, wq, gq = self.xq, self.wq, self.gq
         if self.conv and op == "fwd":
             return backend.conv_forward(xq, wq, *self.geometry)
@@ -155,14 +172,18 @@ class Case:
     def fp32(self, op: str):
         return self.float_op(op, self.x, self.w, self.g)
 
-    def bf16(self, op: str):
+    def half(self, op: str):
         if op == "fwd":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast(self.device.type, dtype=HALF):
                 return self.float_op(op, self.x, self.w, self.g)
-        return self.float_op(op, self.xb, self.wb, self.gb)
+        return self.float_op(op, self.xh, self.wh, self.gh)
 
     def run(self, impl: str, op: str):
-        return {"int8": self.int8, "int8-op": self.int8_op, "fp32": self.fp32, "bf16": self.bf16}[impl](op)
+        fn = {"int8": self.int8, "int8-op": self.int8_op, "fp32": self.fp32, HALF_NAME: self.half}[impl]
+        out = fn(op)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the clock must see the kernels, not their launch
+        return out
 
 
 _CASES: dict = {}
@@ -174,7 +195,8 @@ def get_case(layer, benchmarking: bool) -> Case:
     if key not in _CASES:
         _CASES.clear()  # parametrization is layer-major: keep one layer's tensors alive at a time
         shape = layer if benchmarking else shrink(layer)
-        _CASES[key] = Case(shape, BATCH if benchmarking else 2, seed=RESNET50.index(layer))
+        device = DEVICE if benchmarking else torch.device("cpu")  # the correctness run: CPU (CI)
+        _CASES[key] = Case(shape, BATCH if benchmarking else 2, seed=RESNET50.index(layer), device=device)
     return _CASES[key]
 
 
@@ -193,8 +215,11 @@ def test_kernel_speed(benchmark, layer, op, impl):
     benchmark.extra_info.update(
         layer=layer_name(layer), kind=layer[0], count=layer[1], op=op, impl=impl,
         threads=torch.get_num_threads(), batch=BATCH if benchmarking else 2, load=os.getloadavg()[0],
+        device=devices.label(devices.describe(case.device)), device_kind=case.device.type, half=HALF_NAME,
     )  # fmt: skip
     if benchmarking:
+        if CUDA:  # the paper's FP32 (a 2080 Ti has no TF32)
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
         # warm-up outside the timer: oneDNN primitive creation and weight prepacking happen once
         case.run(impl, op)
         benchmark(case.run, impl, op)
@@ -209,7 +234,7 @@ def test_kernel_speed(benchmark, layer, op, impl):
     if impl == "fp32":
         xd, wd, gd = (t.double() for t in (case.x, case.w, case.g))
         assert rel_err(got, case.float_op(op, xd, wd, gd)) < 1e-5
-    else:  # quantization / bf16 rounding error of random normal data: a few percent at most
+    else:  # quantization / half rounding error of random normal data: a few percent at most
         assert rel_err(got, fp32) < (0.1 if impl == "int8" else 0.03), f"{impl} far from fp32"
 
 

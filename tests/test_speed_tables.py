@@ -1,0 +1,138 @@
+"""The speed tables (DAIQ Table 7, UI8 Tables 10 and 2) at the smoke profile on the CPU: every row, the
+paper's numbers as printed, phases that add up, the device named, and a killed timing run resumed."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from kernels import devices
+from repro.cli import main as repro_main
+from tables.specs import SPEED_SPECS, get_spec
+from tables.speed import TimingCell, generate_speed, make_cell
+
+
+@pytest.fixture(scope="module")
+def table7(tmp_path_factory):
+    out = tmp_path_factory.mktemp("speed")
+    return out, generate_speed("table7", profile="smoke", device="cpu", results_dir=out, progress=False)
+
+
+def test_specs_registered_with_the_papers_numbers():
+    assert set(SPEED_SPECS) == {"table7", "ui8-table10", "ui8-table2"}
+    t7 = {
+        r.label: (r.paper_forward_ms, r.paper_backward_ms, r.paper_iteration_ms)
+        for r in get_spec("table7").rows
+    }
+    assert t7["FP32"] == (71.1, 151.3, 237.8)
+    assert t7["FP16"] == (38.3, 87.4, 136.4)
+    assert t7["INT8 Ours (DAIQ)"] == (33.7, 72.6, 115.6)
+    t10 = {
+        r.label: (r.paper_forward_ms, r.paper_backward_ms, r.paper_iteration_ms)
+        for r in get_spec("ui8-table10").rows
+    }
+    assert t10["FP32 (cuDNN)"] == pytest.approx((117.0, 221.0, 360.0))  # printed as 0.117 / 0.221 / 0.360 s
+    assert t10["INT8 (ours)"] == pytest.approx((101.0, 171.0, 293.0))
+    t2 = {r.period: r.paper_s_per_iter for r in get_spec("ui8-table2").rows}
+    assert t2 == {1: 1.006, 10: 0.364, 100: 0.301, 1000: 0.297}
+
+
+def test_table7_every_row_and_consistent_phases(table7):
+    out, gen = table7
+    frame = pd.read_csv(out / "table7.csv")
+    assert list(frame.columns[:13]) == [
+        "precision", "method", "label", "paper_forward_ms", "paper_backward_ms", "paper_iteration_ms",
+        "forward_ms", "backward_ms", "iteration_ms", "peak_memory_mb", "iteration_vs_fp16",
+        "iteration_vs_fp32", "forward_vs_fp16",
+    ]  # fmt: skip
+    assert set(["device", "batch", "size", "profile"]) <= set(frame.columns)
+    assert list(frame["label"]) == [
+        "FP32", "FP32 (TF32 tensor cores)", "FP16 (bf16)", "INT8 Ours (DAIQ)", "INT8 UI8", "INT8 GQ",
+    ]  # fmt: skip
+    assert list(frame["method"]) == ["fp32", "tf32", "bf16", "daiq", "ui8", "gq"]
+    timed = frame[frame["method"] != "tf32"]  # TF32 is CUDA only
+    assert frame.loc[frame["method"] == "tf32", "iteration_ms"].isna().all()
+    assert (timed[["forward_ms", "backward_ms", "iteration_ms"]] > 0).all().all()
+    assert (timed["forward_ms"] + timed["backward_ms"] <= timed["iteration_ms"]).all()
+    assert timed["iteration_vs_fp32"][timed["method"] == "fp32"].tolist() == [1.0]
+    assert (frame["profile"] == "smoke").all() and (frame["batch"] == 2).all() and (frame["size"] == 32).all()
+    cpu = devices.cpu_model()
+    assert (frame["device"].str.contains(cpu, regex=False)).all()
+    assert cpu in gen.markdown and "bf16 autocast" in gen.markdown
+    assert "| FP32 | FP32 | 71.1 | 151.3 | 237.8 |" in gen.markdown
+    assert gen.meta["device"]["kind"] == "cpu" and gen.meta["device"]["threads"] >= 1
+
+
+def test_ui8_table10_reuses_the_table7_run(table7):
+    out, _ = table7
+    gen = generate_speed("ui8-table10", profile="smoke", device="cpu", results_dir=out, progress=False)
+    assert gen.cached
+    frame = gen.frame
+    assert list(frame["label"]) == ["FP32 (cuDNN)", "FP16 (bf16)", "INT8 (ours)"]
+    assert frame["paper_iteration_ms"].tolist()[0] == pytest.approx(360.0)
+    assert "printed in seconds, here in ms" in gen.markdown
+
+
+def test_ui8_table2_periods(tmp_path):
+    gen = generate_speed("ui8-table2", profile="smoke", device="cpu", results_dir=tmp_path, progress=False)
+    frame = pd.read_csv(tmp_path / "ui8-table2.csv")
+    assert list(frame.columns[:5]) == [
+        "period",
+        "paper_s_per_iter",
+        "s_per_iter",
+        "vs_period_1",
+        "paper_vs_period_1",
+    ]
+    assert frame["period"].tolist() == [1, 10, 100, 1000]
+    assert frame["paper_s_per_iter"].tolist() == [1.006, 0.364, 0.301, 0.297]
+    # the clip search costs time: a longer period is cheaper per iteration
+    assert frame["s_per_iter"].is_monotonic_decreasing
+    assert "t_search" in gen.markdown and devices.cpu_model() in gen.markdown
+
+
+def test_a_killed_timing_run_resumes_from_its_cache(tmp_path):
+    class Killed(Exception):
+        pass
+
+    def kill_after_first_round(rounds_done, samples):
+        if rounds_done == 1:
+            raise Killed
+
+    with pytest.raises(Killed):
+        generate_speed("table7", profile="smoke", device="cpu", rounds=3, results_dir=tmp_path,
+                       progress=False, on_round=kill_after_first_round)  # fmt: skip
+    cell = make_cell(get_spec("table7"), "smoke", devices.resolve("cpu"), rounds=3)
+    partial = tmp_path / "cache" / f"{cell.key}.partial.json"
+    saved = json.loads(partial.read_text())
+    assert all(len(s["iteration"]) == 1 for s in saved["samples"].values())
+
+    seen = []
+    gen = generate_speed("table7", profile="smoke", device="cpu", rounds=3, results_dir=tmp_path,
+                         progress=False, on_round=lambda n, s: seen.append(n))  # fmt: skip
+    assert seen == [2, 3]  # only the missing rounds ran
+    entry = json.loads((tmp_path / "cache" / f"{cell.key}.json").read_text())
+    assert entry["result"]["resumed_rounds"] == 1
+    assert all(len(s["iteration"]) == 3 for s in entry["result"]["samples"].values())
+    assert not partial.exists() and not gen.cached
+
+
+def test_cells_differ_by_device_threads_and_code():
+    spec = get_spec("table7")
+    cpu = devices.resolve("cpu")
+    a = make_cell(spec, "smoke", cpu)
+    assert isinstance(a, TimingCell) and a.key == make_cell(spec, "smoke", cpu).key
+    assert make_cell(spec, "smoke", cpu, batch=4).key != a.key
+    cfg = a.config()
+    assert cfg["device"]["threads"] >= 1 and cfg["sources"] and cfg["device"]["torch"]
+
+
+def test_cli(tmp_path, capsys):
+    args = ["table", "ui8-table10", "--profile", "smoke", "--device", "cpu", "--no-progress"]
+    assert repro_main([*args, "--results-dir", str(tmp_path)]) == 0
+    assert "FP32 (cuDNN)" in capsys.readouterr().out
+    assert repro_main([*args, "--batch", "0", "--results-dir", str(tmp_path)]) == 2
+    assert "--batch must be at least 1" in capsys.readouterr().err
+    assert repro_main(["table", "table4", "--batch", "8", "--results-dir", str(tmp_path)]) == 2
+    assert "speed tables only" in capsys.readouterr().err
