@@ -1,9 +1,10 @@
-"""INT8 compute backends.
+"""INT8 compute backends, the ground floor (imports nothing from repro, tasks or tables).
 
-``get_backend(device)`` returns the module (``kernels.cpu`` or ``kernels.cuda``) that runs exact
-int8 x int8 -> int32 convolutions and linear layers (forward, input gradient, weight gradient) on that
-device; ``kernels.reference`` is the exact int64 oracle every backend is tested against. All backends
-share the API of ``kernels.reference``.
+``get_backend(device)`` returns the module (``kernels.cpu`` or ``kernels.cuda``) that implements the one
+backend interface of kernels.backend on that device: the quantizer (absmax, per-channel statistics,
+nearest and stochastic rounding, the dequantizing epilogue) and exact int8 x int8 -> int32 convolutions
+and linear layers (forward, input gradient, weight gradient). ``kernels.reference`` is the exact int64
+oracle every backend is tested against.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import torch
 
 from . import cpu, reference
+from .errors import NonFiniteError, raise_if_nonfinite
 
-__all__ = ["cpu", "get_backend", "reference"]
+__all__ = ["NonFiniteError", "cpu", "get_backend", "raise_if_nonfinite", "reference"]
 
 
 def get_backend(device: torch.device | str):

@@ -102,18 +102,16 @@ RESNET18_CIFAR = [
 
 def quant_profile(reps: int) -> None:
     """Milliseconds of each quantization step on ResNet-50's largest tensors (batch 32, channels-last)."""
-    from repro.methods.daiq import channel_stats
-    from repro.quant import absmax, check_finite, float_inplace, quantize
-
     cl = torch.channels_last
     for what, (n, c, hw, op_name) in {
         "g of 64->256 1x1 (dx, dw)": (32, 256, 56, "int8 op: input grad, 1x1 256->64"),
         "x of 64 3x3 (fwd)": (32, 64, 56, "int8 op: forward, 3x3 64->64"),
     }.items():
         t = torch.randn(n, c, hw, hw).contiguous(memory_format=cl)
-        s, sc = absmax(t), absmax(t, axis=1)
+        s, sc = cpu.absmax(t), cpu.absmax(t, axis=1)
+        _, sigma = cpu.channel_stats(t, 1)
         acc = torch.randint(-(2**20), 2**20, t.shape, dtype=torch.int32).contiguous(memory_format=cl)
-        tq = quantize(t, s)
+        tq = cpu.quantize(t, s)
         if c == 256:
             wq = torch.randint(-127, 128, (256, 64, 1, 1), dtype=torch.int8)
             op = functools.partial(cpu.conv_input_grad, tq, wq, (n, 64, hw, hw))
@@ -121,22 +119,23 @@ def quant_profile(reps: int) -> None:
             wq = torch.randint(-127, 128, (64, 64, 3, 3), dtype=torch.int8)
             op = functools.partial(cpu.conv_forward, tq, wq, 1, 1)
         fns = {
-            "check_finite": lambda t=t: check_finite(t),
-            "absmax": lambda t=t: absmax(t),
-            "absmax per channel": lambda t=t: absmax(t, axis=1),
-            "quantize nearest": lambda t=t, s=s: quantize(t, s),
-            "quantize stochastic": lambda t=t, s=s: quantize(t, s, rounding="stochastic"),
-            "quantize stochastic per channel": lambda t=t, sc=sc: quantize(t, sc, 1, "stochastic"),
-            "  of which torch.rand alone": lambda t=t: torch.rand(t.shape),
-            "daiq channel_stats": lambda t=t: channel_stats(t, 1),
-            "dequantize (float_inplace + mul_)": lambda a=acc: float_inplace(a.clone()).mul_(0.5),
-            "  of which the clone (fresh pages)": lambda a=acc: a.clone(),
+            "absmax": lambda t=t: cpu.absmax(t),
+            "absmax per channel": lambda t=t: cpu.absmax(t, axis=1),
+            "quantize nearest": lambda t=t, s=s: cpu.quantize(t, s),
+            "quantize stochastic": lambda t=t, s=s: cpu.quantize(t, s, rounding="stochastic"),
+            "quantize stochastic per channel": lambda t=t, sc=sc: cpu.quantize(t, sc, 1, "stochastic"),
+            "  of which torch.rand alone (the old noise)": lambda t=t: torch.rand(t.shape),
+            "channel stats (max, std)": lambda t=t: cpu.channel_stats(t, 1),
+            "quantize stochastic + count above sigma": lambda t=t, s=s, sg=sigma: cpu.quantize(
+                t, s, None, "stochastic", above=(1, sg)
+            ),
+            "dequantize (fused epilogue)": lambda a=acc: cpu.dequantize(a, 0.5),
             op_name: op,
         }
         rows = _time_all([(name, [fn]) for name, fn in fns.items()], reps)
         print(f"{what}: {tuple(t.shape)} = {t.numel() / 1e6:.1f} M elements; ms, best of {reps}")
         for name, (ms,) in rows:
-            print(f"  {name:36s}{ms:9.2f}")
+            print(f"  {name:44s}{ms:9.2f}")
 
 
 def main() -> None:

@@ -1,21 +1,23 @@
 """INT8 CUDA backend: CUDA C++ kernels (kernels/cuda/*.cu) compiled with NVRTC and loaded with CuPy.
 
-Same API as ``kernels.reference`` and ``kernels.cpu`` (int8 operands on a CUDA device in, exact int32
-out), plus the fused quantizer of ``repro.quant`` (``quantize``, ``absmax_quantize``) and a GEMM with a
-dequantizing epilogue (``gemm``). torch tensors reach the kernels zero-copy through DLPack and the
-kernels run on torch's current stream.
+Implements the backend interface (kernels.backend): the quantizer (kernels.cuda_quantize: absmax, channel
+statistics, nearest and stochastic codes with the CPU backend's Philox stream, the dequantizing epilogue;
+no host synchronisation, a NaN or Inf sets the device flag of kernels.errors) and exact int8 products
+(int8 operands on a CUDA device in, int32 out), plus a GEMM with a dequantizing epilogue (``gemm``).
+torch tensors reach the kernels zero-copy through DLPack and the kernels run on torch's current stream.
 
-**Not yet run on GPU hardware by this project.** Every kernel is compiled in CI for sm_75/sm_80/sm_90
-(``tests/test_cuda_compile.py``, no GPU needed), and the kernel sources are executed on the CPU by a
-small C++ harness that stands in for the CUDA runtime (``tests/test_cuda_backend.py``), bit-exact
-against ``kernels.reference``. The GPU tests in the same file run unchanged where a GPU exists.
+Every kernel is compiled in CI for sm_75/sm_80/sm_90 (``tests/test_cuda_compile.py``, no GPU needed), and
+the kernel sources are executed on the CPU by a small C++ harness that stands in for the CUDA runtime
+(``tests/test_cuda_backend.py``): bit-exact against ``kernels.reference`` and, for the quantizer, against
+the CPU backend (the same codes, stochastic ones included). The GPU tests in the same file run unchanged
+where a GPU exists.
 
 The kernels (one idea per file in kernels/cuda/):
 
-* ``quantize.cu``: per-tensor absmax (block max + atomicMax) then quantize, or per-channel absmax and
-  quantize fused in one block per channel; nearest (rint, half to even, as torch.round) or stochastic
-  rounding floor(v + u) with u from Philox4x32-10 keyed by a 64-bit seed drawn from a torch generator,
-  indexed by element (so runs repeat under ``torch.manual_seed`` and do not depend on the launch).
+* ``quantize.cu``: per-tensor absmax (block max + atomicMax), per-channel max and moments, the codes of
+  any dense layout (one thread per group of 4 elements of a row, one Philox call each, threads in memory
+  order), the above-sigma counts of DAIQ in the same pass, the dequantizing epilogue (float32 / bfloat16
+  / float16).
 * ``gemm_imma.cu``: mma.sync m16n8k32 s8 x s8 -> s32 on tensor cores (sm_80+).
 * ``gemm_dp4a.cu``: __dp4a (sm_61+; NVRTC 13 targets sm_75 and newer, so Turing), used below sm_80.
 * ``im2col.cu``, ``col2im.cu``: 1/2/3-D convolutions as im2col + GEMM (forward, weight gradient) and
@@ -43,10 +45,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kernels.cuda_quantize import absmax, absmax_quantize, channel_stats, dequantize, quantize
 from kernels.geometry import conv_geometry
 
 __all__ = [
+    "absmax",
     "absmax_quantize",
+    "channel_stats",
+    "dequantize",
     "conv_forward",
     "conv_input_grad",
     "conv_weight_grad",
@@ -91,7 +97,7 @@ MODULES = {
         KernelModule(
             "quantize",
             ("philox.cuh", "quantize.cu"),
-            ("absmax_tensor", "quantize_kernel", "absmax_quantize_channel"),
+            ("absmax_tensor", "channel_stats", "quantize_groups", "dequantize"),
             60,
         ),
         KernelModule("gemm_dp4a", ("gemm_common.cuh", "gemm_dp4a.cu"), ("gemm_dp4a",), 61),
@@ -529,140 +535,3 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
         _run_gemm(plan, a, cols, part)
         dw += part  # int32 partial sums over batch chunks: exact within the contract
     return dw.reshape(weight_shape)
-
-
-# ----------------------------------------------------------------------------------------------------
-# quantization (repro.quant semantics, fused absmax)
-
-
-def _seed(generator: torch.Generator | None, device: torch.device) -> tuple[np.uint32, np.uint32]:
-    """A 64-bit Philox key drawn from the generator (or torch's default one for the device), so
-    ``torch.manual_seed`` makes stochastic rounding repeat, and every call draws a fresh stream."""
-    dev = generator.device if generator is not None else device
-    v = int(torch.randint(0, 2**62, (1,), generator=generator, device=dev, dtype=torch.int64).item())
-    return np.uint32(v & 0xFFFFFFFF), np.uint32(v >> 32)
-
-
-def _as_float_view(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, int, int, int, int | None]:
-    """x as contiguous float32 and its (outer, C, inner) split around ``axis``."""
-    xf = x.detach().float().contiguous()
-    if axis is None:
-        return xf, xf.numel(), 1, 1, None
-    if x.dim() == 0:
-        raise ValueError("per-channel quantization needs a tensor with at least one dimension")
-    axis = axis % x.dim()
-    outer = math.prod(x.shape[:axis])
-    inner = math.prod(x.shape[axis + 1 :])
-    return xf, outer, int(x.shape[axis]), inner, axis
-
-
-def _check_rounding(rounding: str) -> None:
-    if rounding not in ("nearest", "stochastic"):
-        raise ValueError(f"unknown rounding {rounding!r}; choose one of nearest, stochastic")
-
-
-def _raise_if_nonfinite(flag: torch.Tensor, x: torch.Tensor) -> None:
-    from repro.quant import NonFiniteError  # lazy: repro imports kernels
-
-    if int(flag.item()):
-        raise NonFiniteError(f"non-finite values in the quantizer's input of shape {tuple(x.shape)}")
-
-
-def quantize(x, scale, axis=None, rounding="nearest", generator=None) -> torch.Tensor:
-    """int8 codes of x clipped to [-scale, scale] (repro.quant.quantize on the GPU, one kernel).
-
-    Nearest rounding gives repro.quant's codes bit for bit. Stochastic rounding has the same law
-    (floor(v + u), u uniform on the 2^-24 grid) but its own noise stream (Philox keyed by a seed drawn
-    from ``generator``), not torch.rand's. Differences from repro.quant: the codes are returned
-    contiguous (not in x's memory format), and NonFiniteError is raised for a NaN/Inf element only,
-    not for a finite tensor whose float32 sum overflows.
-    """
-    _check_rounding(rounding)
-    _check_device(x)
-    xf, outer, c, inner, axis = _as_float_view(x, axis)
-    s = torch.as_tensor(scale, dtype=torch.float32, device=x.device).reshape(-1).contiguous()
-    if s.numel() != c:
-        what = "per-tensor quantization needs one scale" if axis is None else f"per-channel scale needs {c}"
-        raise ValueError(f"{what}, got shape {tuple(torch.as_tensor(scale).shape)}")
-    if not bool(torch.isfinite(s).all()):
-        from repro.quant import NonFiniteError
-
-        raise NonFiniteError("non-finite values in the quantizer's scale")
-    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
-    if xf.numel() == 0:
-        return q
-    flag = torch.zeros(1, dtype=torch.int32, device=x.device)
-    lo, hi = _seed(generator, x.device) if rounding == "stochastic" else (np.uint32(0), np.uint32(0))
-    args = (
-        xf, q, s, np.int64(xf.numel()), np.int32(c), np.int64(inner),
-        np.int32(rounding == "stochastic"), lo, hi, flag,
-    )  # fmt: skip
-    _launch("quantize", "quantize_kernel", (grid_1d(xf.numel()), 1, 1), (THREADS, 1, 1), args)
-    _raise_if_nonfinite(flag, x)
-    return q
-
-
-def absmax_quantize(x, axis=None, rounding="nearest", generator=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q, s) with s = max|x| (per tensor, a 0-d tensor, or per slice along ``axis``) and q =
-    quantize(x, s, axis, rounding): repro.quant.absmax then quantize, fused on the GPU."""
-    _check_rounding(rounding)
-    _check_device(x)
-    xf, outer, c, inner, axis = _as_float_view(x, axis)
-    q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
-    flag = torch.zeros(1, dtype=torch.int32, device=x.device)
-    lo, hi = _seed(generator, x.device) if rounding == "stochastic" else (np.uint32(0), np.uint32(0))
-    stochastic = np.int32(rounding == "stochastic")
-    if axis is None:
-        # amax as float32 bits (atomicMax on non-negative floats' bits), read in place by the quantizer
-        amax = torch.zeros(1, dtype=torch.int32, device=x.device)
-        if xf.numel():
-            grid = (min(grid_1d(xf.numel()), 1024), 1, 1)
-            _launch(
-                "quantize", "absmax_tensor", grid, (THREADS, 1, 1), (xf, np.int64(xf.numel()), amax, flag)
-            )
-            args = (xf, q, amax, np.int64(xf.numel()), np.int32(1), np.int64(1), stochastic, lo, hi, flag)
-            _launch("quantize", "quantize_kernel", (grid_1d(xf.numel()), 1, 1), (THREADS, 1, 1), args)
-        _raise_if_nonfinite(flag, x)
-        return q, amax.view(torch.float32).reshape(())
-    amax = torch.zeros(c, dtype=torch.float32, device=x.device)
-    if xf.numel():
-        args = (xf, q, amax, np.int64(outer), np.int32(c), np.int64(inner), stochastic, lo, hi, flag)
-        _launch("quantize", "absmax_quantize_channel", (c, 1, 1), (THREADS, 1, 1), args)
-    _raise_if_nonfinite(flag, x)
-    return q, amax
-
-
-# ----------------------------------------------------------------------------------------------------
-# host mirror of the generator (tests)
-
-
-def philox4x32_10(counter, key) -> np.ndarray:
-    """Philox4x32-10 on the host, vectorized: counter (..., 4) and key (..., 2) uint32 -> (..., 4).
-    The same function as philox.cuh, checked against the Random123 known-answer vectors."""
-    mask = np.uint64(0xFFFFFFFF)
-    c = np.asarray(counter, dtype=np.uint64) & mask
-    k = np.asarray(key, dtype=np.uint64) & mask
-    shape = np.broadcast_shapes(c.shape[:-1], k.shape[:-1])
-    c0, c1, c2, c3 = (np.broadcast_to(c[..., i], shape).copy() for i in range(4))
-    k0, k1 = (np.broadcast_to(k[..., i], shape).copy() for i in range(2))
-    for r in range(10):
-        if r:
-            k0 = (k0 + np.uint64(0x9E3779B9)) & mask
-            k1 = (k1 + np.uint64(0xBB67AE85)) & mask
-        p0 = np.uint64(0xD2511F53) * c0
-        p1 = np.uint64(0xCD9E8D57) * c2
-        c0, c1, c2, c3 = (
-            (p1 >> np.uint64(32)) ^ c1 ^ k0,
-            p1 & mask,
-            (p0 >> np.uint64(32)) ^ c3 ^ k1,
-            p0 & mask,
-        )
-    return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)
-
-
-def philox_uniform(index, seed_lo: int, seed_hi: int) -> np.ndarray:
-    """u in [0, 1) (float32, 24 bits) of element ``index`` under the key (seed_lo, seed_hi), as the kernel."""
-    index = np.asarray(index, dtype=np.uint64)
-    ctr = np.stack([index & np.uint64(0xFFFFFFFF), index >> np.uint64(32), 0 * index, 0 * index], axis=-1)
-    r = philox4x32_10(ctr, np.array([seed_lo, seed_hi], dtype=np.uint64))[..., 0]
-    return (r >> 8).astype(np.float32) * np.float32(2.0**-24)

@@ -22,7 +22,7 @@ from torch import nn
 
 import kernels
 from repro.methods import LayerQuantizer, Method, build_method
-from repro.quant import QMAX, float_inplace
+from repro.quant import QMAX
 
 QUANTIZABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
@@ -38,20 +38,34 @@ def _memory_format(x: torch.Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
-def _scaled(acc: torch.Tensor, scale: torch.Tensor, fmt: torch.memory_format | None) -> torch.Tensor:
-    """acc * scale in fp32, laid out as `fmt` (None: as the backend returned it, channels-last).
+def _out_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype torch's own op would return: the autocast dtype inside torch.autocast, else x's."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
+
+
+def _epilogue(backend, acc, scale, dtype, fmt, axis=None) -> torch.Tensor:
+    """acc * scale by the backend's dequantizing epilogue, as `dtype`, laid out as `fmt` (None: as the
+    backend returned it, channels-last).
 
     The backends' products come back channels-last whatever the input. Passed on as they are, they reach
     ops that read raw NCHW memory without checking the layout: mmcv's CPU RoIAlign then pools the wrong
     pixels (a trained Faster R-CNN fell from mAP 53 to 0.2 with int8 layers, measured).
     """
-    out = float_inplace(acc).mul_(scale)
+    out = backend.dequantize(acc, scale, axis, dtype, inplace=True)
+    out = out if out.dtype == dtype else out.to(dtype)
     return out if fmt is None else out.contiguous(memory_format=fmt)
 
 
 def _per_channel(scale: torch.Tensor, ndim: int) -> torch.Tensor:
     """A per-output-channel scale shaped to broadcast over a weight of `ndim` dims."""
     return scale.reshape(-1, *([1] * (ndim - 1)))
+
+
+def _weight_grad_scale(codes, sx: torch.Tensor) -> torch.Tensor:
+    """GW's scale: (s_x/127)(s_c/127) per output channel (GVQ, DAIQ eq. 7) or (s_x/127)(s_g/127)."""
+    return codes.gw_scale * (sx / QMAX**2)
 
 
 class _Int8ConvFunction(torch.autograd.Function):
@@ -61,14 +75,18 @@ class _Int8ConvFunction(torch.autograd.Function):
         backend = kernels.get_backend(x.device)
         xq, sx = quantizer.activation(x)
         wq, sw = quantizer.weight(weight)
+        dtype = _out_dtype(x)
         # torch's convolution gives its output the input's layout; channels_last_out keeps the backend's
         ctx.x_format = None if layer.channels_last_out else _memory_format(x)
-        out = _scaled(backend.conv_forward(xq, wq, *geometry), sx * sw / QMAX**2, ctx.x_format)
+        out = _epilogue(
+            backend, backend.conv_forward(xq, wq, *geometry), sx * sw / QMAX**2, dtype, ctx.x_format
+        )
         if bias is not None:
-            out += bias.detach().float().reshape(1, -1, *([1] * (x.dim() - 2)))
+            out += bias.detach().to(dtype).reshape(1, -1, *([1] * (x.dim() - 2)))
         ctx.save_for_backward(xq, wq, sx, sw)
         ctx.layer, ctx.geometry, ctx.x_shape, ctx.has_bias = layer, geometry, x.shape, bias is not None
-        return out.to(x.dtype)
+        ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
+        return out
 
     @staticmethod
     def backward(ctx, gy):
@@ -79,13 +97,11 @@ class _Int8ConvFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             acc = backend.conv_input_grad(codes.gx, wq, ctx.x_shape, *ctx.geometry)
             # in x's layout too: custom ops' backward read their output gradient's memory the same way
-            gx = _scaled(acc, codes.gx_scale * sw / QMAX**2, ctx.x_format).to(gy.dtype)
+            gx = _epilogue(backend, acc, codes.gx_scale * sw / QMAX**2, gy.dtype, ctx.x_format)
         if ctx.needs_input_grad[1]:
-            acc = float_inplace(backend.conv_weight_grad(xq, codes.gw, wq.shape, *ctx.geometry))
-            if codes.gw_per_channel:  # GVQ: GW[c] = acc[c] (s_x/127)(s_c/127), DAIQ eq. 7
-                gw = acc.mul_(_per_channel(codes.gw_scale, acc.dim())).mul_(sx / QMAX**2)
-            else:
-                gw = acc.mul_(sx * codes.gw_scale / QMAX**2)
+            acc = backend.conv_weight_grad(xq, codes.gw, wq.shape, *ctx.geometry)
+            gw = _epilogue(backend, acc, _weight_grad_scale(codes, sx), ctx.w_dtype, None,
+                           axis=0 if codes.gw_per_channel else None)  # fmt: skip
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = gy.sum(dim=[d for d in range(gy.dim()) if d != 1])
         return gx, gw, gb, None, None
@@ -99,15 +115,15 @@ class _Int8LinearFunction(torch.autograd.Function):
         x2 = x.reshape(-1, x.shape[-1])
         xq, sx = quantizer.activation(x2)
         wq, sw = quantizer.weight(weight)
-        out = float_inplace(backend.linear_forward(xq, wq)).mul_(sx * sw / QMAX**2)
+        dtype = _out_dtype(x)
+        out = _epilogue(backend, backend.linear_forward(xq, wq), sx * sw / QMAX**2, dtype, None)
         if bias is not None:
-            out += bias.detach().float()
+            out += bias.detach().to(dtype)
         ctx.save_for_backward(xq, wq, sx, sw)
-        ctx.layer, ctx.x_shape, ctx.has_bias = layer, x.shape, bias is not None
+        ctx.layer, ctx.x_shape, ctx.has_bias, ctx.w_dtype = layer, x.shape, bias is not None, weight.dtype
         # Never a view: a view returned from a custom Function cannot be modified in place, and callers
         # do that (mmdet's bbox heads: relu(fc(x), inplace=True)).
         shape = (*x.shape[:-1], weight.shape[0])
-        out = out.to(x.dtype)
         return out if out.shape == shape else out.reshape(shape).clone()
 
     @staticmethod
@@ -119,13 +135,11 @@ class _Int8LinearFunction(torch.autograd.Function):
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
             acc = backend.linear_input_grad(codes.gx, wq)
-            gx = float_inplace(acc).mul_(codes.gx_scale * sw / QMAX**2).reshape(ctx.x_shape).to(gy.dtype)
+            gx = _epilogue(backend, acc, codes.gx_scale * sw / QMAX**2, gy.dtype, None).reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
-            acc = float_inplace(backend.linear_weight_grad(xq, codes.gw))
-            if codes.gw_per_channel:
-                gw = acc.mul_(_per_channel(codes.gw_scale, 2)).mul_(sx / QMAX**2)
-            else:
-                gw = acc.mul_(sx * codes.gw_scale / QMAX**2)
+            acc = backend.linear_weight_grad(xq, codes.gw)
+            gw = _epilogue(backend, acc, _weight_grad_scale(codes, sx), ctx.w_dtype, None,
+                           axis=0 if codes.gw_per_channel else None)  # fmt: skip
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = g2.sum(dim=0)
         return gx, gw, gb, None

@@ -21,12 +21,13 @@ import shutil
 import subprocess
 
 import numpy as np
+import philox_mirror
 import pytest
 import torch
 from test_backend import CIN, CPU_GRID, assert_same, both, conv_case, rand_i8
 
 import kernels
-from kernels import cuda, reference
+from kernels import cuda, cuda_quantize, errors, reference
 from repro import quant
 
 NO_GPU = (
@@ -59,8 +60,8 @@ def test_philox_known_answers():
         ),
     ]
     for ctr, key, want in cases:
-        assert cuda.philox4x32_10(ctr, key).tolist() == want
-    u = cuda.philox_uniform(np.arange(100_000), 123, 456)
+        assert philox_mirror.philox4x32_10(ctr, key).tolist() == want
+    u = philox_mirror.uniforms((10, 10_000), 123, 456)
     assert u.dtype == np.float32 and u.min() >= 0 and u.max() < 1
     assert abs(float(u.mean()) - 0.5) < 0.005
 
@@ -327,51 +328,88 @@ QUANT_CASES = [
     ((2, 5, 4, 3), 1),  # activations / gradients, per channel
     ((4, 9), -1),
     ((300, 2), 1),
+    ((2, 16, 5, 6), 1),
 ]
+LAYOUTS = ["contiguous", "channels-last"]
+
+
+def _laid_out(x: torch.Tensor, layout: str) -> torch.Tensor:
+    if layout == "channels-last" and x.dim() == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    return x
 
 
 def _scaled(x: torch.Tensor, s: torch.Tensor, axis) -> torch.Tensor:
-    """The value before rounding, exactly as repro.quant computes it."""
-    sb = quant._broadcast(s, x, axis)
+    """The value before rounding, exactly as the reference computes it (torch: 127 / s)."""
+    sb = torch.as_tensor(s, dtype=torch.float32)
+    if axis is not None:
+        sb = sb.reshape([-1 if d == axis % x.dim() else 1 for d in range(x.dim())])
     inv = torch.where(
         sb > 0, quant.QMAX / sb.clamp_min(torch.finfo(torch.float32).tiny), torch.zeros_like(sb)
     )
     return (x.float() * inv).clamp_(-quant.QMAX, quant.QMAX)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape,axis", QUANT_CASES)
-def test_harness_quantize_nearest_matches_repro(on_cpu_quant, shape, axis):
+def test_harness_quantize_nearest_matches_the_cpu_backend(on_cpu_quant, shape, axis, layout):
     gen = torch.Generator().manual_seed(len(shape) * 10 + (axis or 0))
     x = torch.randn(shape, generator=gen) * 3
     x.view(-1)[0] = 0.5  # ties (half to even) and exact zeros
     x.view(-1)[-1] = 0.0
     if axis is not None:
         x.select(axis, 0).zero_()  # an all-zero channel: scale 0, codes 0
-    s_want = quant.absmax(x, axis)
+    x = _laid_out(x, layout)
+    s_want = kernels.cpu.absmax(x, axis)
     q, s = cuda.absmax_quantize(x, axis)
     assert torch.equal(s, s_want) and s.dtype == torch.float32 and s.shape == s_want.shape
-    assert torch.equal(q, quant.quantize(x, s_want, axis)) and q.dtype == torch.int8
+    assert torch.equal(q, kernels.cpu.quantize(x, s_want, axis)) and q.dtype == torch.int8
+    assert q.stride() == x.stride()
+    assert torch.equal(q, _scaled(x, s_want, axis).round().to(torch.int8))
     s_other = s_want * 0.5  # clipping
-    assert torch.equal(cuda.quantize(x, s_other, axis), quant.quantize(x, s_other, axis))
-    # the kernel's rounding ties: v = 0.5 * 127 / s exactly representable halves
+    assert torch.equal(cuda.quantize(x, s_other, axis), kernels.cpu.quantize(x, s_other, axis))
     x2 = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -126.5, 200.0, -200.0])
-    assert torch.equal(cuda.quantize(x2, 127.0), quant.quantize(x2, 127.0))
+    assert torch.equal(cuda.quantize(x2, 127.0), kernels.cpu.quantize(x2, 127.0))
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape,axis", QUANT_CASES)
-def test_harness_quantize_stochastic(on_cpu_quant, shape, axis):
-    """Codes are floor or ceil of the scaled value, equal the host Philox mirror, repeat with the seed."""
+def test_harness_stochastic_codes_equal_the_cpu_backend_and_the_mirror(on_cpu_quant, shape, axis, layout):
+    """The CPU and the GPU draw the same noise for the same key and element (issue 16's shared stream)."""
     gen = torch.Generator().manual_seed(99)
-    x = torch.randn(shape, generator=gen)
-    q, s = cuda.absmax_quantize(x, axis, "stochastic", generator=torch.Generator().manual_seed(5))
-    v = _scaled(x, s, axis)
-    assert bool(((q.float() == v.floor()) | (q.float() == v.ceil())).all())
-    seed = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(5)).item())
-    u = torch.from_numpy(cuda.philox_uniform(np.arange(x.numel()), seed & 0xFFFFFFFF, seed >> 32))
-    want = (v.reshape(-1) + u).floor().clamp(-127, 127).to(torch.int8).reshape(shape)
-    assert torch.equal(q, want)
-    q2 = cuda.quantize(x, s, axis, "stochastic", generator=torch.Generator().manual_seed(5))
-    assert torch.equal(q2, q)
+    x = _laid_out(torch.randn(shape, generator=gen), layout)
+    s = kernels.cpu.absmax(x, axis)
+    q = cuda.quantize(x, s, axis, "stochastic", generator=torch.Generator().manual_seed(5))
+    q_cpu = kernels.cpu.quantize(x, s, axis, "stochastic", generator=torch.Generator().manual_seed(5))
+    assert torch.equal(q, q_cpu)
+    k0, k1 = kernels.rng.next_key(torch.Generator().manual_seed(5))
+    u = torch.from_numpy(philox_mirror.uniforms(shape, k0, k1))
+    assert torch.equal(q, (_scaled(x, s, axis) + u).floor().clamp(-127, 127).to(torch.int8))
+
+
+def test_harness_statistics_counts_and_epilogue(on_cpu_quant):
+    gen = torch.Generator().manual_seed(3)
+    for layout in LAYOUTS:
+        x = _laid_out(torch.randn((4, 24, 5, 7), generator=gen) * 2 + 0.3, layout)
+        for axis in (1, None):
+            amax, sigma = cuda.channel_stats(x, axis)
+            want_amax, want_sigma = kernels.cpu.channel_stats(x, axis)
+            assert torch.equal(amax, want_amax)
+            torch.testing.assert_close(sigma, want_sigma, rtol=1e-5, atol=0)
+            q, counts = cuda.quantize(x, amax.max(), None, "stochastic", above=(axis, want_sigma))
+            _, want = kernels.cpu.quantize(x, amax.max(), None, "stochastic", above=(axis, want_sigma))
+            assert torch.equal(counts, want)
+    acc = torch.randint(-(2**24), 2**24, (3, 16, 4, 5), generator=gen, dtype=torch.int32)
+    acc = acc.contiguous(memory_format=torch.channels_last)
+    scale = torch.rand(16, generator=gen) + 0.01
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for axis, s in ((None, scale[0]), (1, scale)):
+            want = (acc.float() * (s if axis is None else s.reshape(1, -1, 1, 1))).to(dtype)
+            got = cuda.dequantize(acc.clone(), s, axis, dtype)
+            assert got.dtype == dtype and torch.equal(got, want), (dtype, axis)
+    tiny = torch.tensor([1, 3, 7, 2**20, -5], dtype=torch.int32)  # float16 subnormals and overflow
+    for s in (2.0**-26, 2.0**-20, 1.0e-3, 1.0):
+        assert torch.equal(cuda.dequantize(tiny, s, dtype=torch.float16), (tiny.float() * s).half())
 
 
 def test_harness_stochastic_rounding_unbiased(on_cpu_quant):
@@ -386,18 +424,35 @@ def test_harness_stochastic_rounding_unbiased(on_cpu_quant):
     assert bool(((mean - values.double()).abs() < 5 * stderr).all()), (mean, values)
 
 
-def test_harness_quantize_nonfinite_raises(on_cpu_quant):
+def test_harness_nonfinite_sets_the_device_flag(on_cpu_quant):
+    """No host synchronisation: a NaN or Inf sets the flag, read once by raise_if_nonfinite."""
+    errors.clear_nonfinite()
     for bad in (float("nan"), float("inf")):
         x = torch.ones(50)
         x[17] = bad
-        with pytest.raises(quant.NonFiniteError):
-            cuda.absmax_quantize(x)
-        with pytest.raises(quant.NonFiniteError):
-            cuda.absmax_quantize(x.reshape(5, 10), axis=1)
-        with pytest.raises(quant.NonFiniteError):
-            cuda.quantize(x, 1.0)
+        for call in (
+            lambda x=x: cuda.absmax_quantize(x),
+            lambda x=x: cuda.absmax(x.reshape(5, 10), axis=1),
+            lambda x=x: cuda.quantize(x, 1.0),
+            lambda x=x: cuda.channel_stats(x.reshape(5, 10), 1),
+        ):
+            call()  # no exception here
+            with pytest.raises(quant.NonFiniteError):
+                errors.raise_if_nonfinite()
+            errors.raise_if_nonfinite()  # read and cleared
+    cuda.quantize(torch.ones(3), float("nan"))
     with pytest.raises(quant.NonFiniteError):
-        cuda.quantize(torch.ones(3), float("nan"))
+        errors.raise_if_nonfinite()
+
+
+def test_group_plan_walks_memory_order():
+    """The quantize kernel's walk: innermost dimension first, the last one in groups of 4."""
+    cl = torch.empty((2, 16, 5, 6)).contiguous(memory_format=torch.channels_last)
+    dims, last_pos, axis_pos, groups = cuda_quantize.group_plan(cl.shape, cl.stride(), 1)
+    assert dims == [(16, 1, 5), (2, 16, 1), (5, 96, 1), (2, 480, 80)]  # C, W/4, H, N
+    assert (last_pos, axis_pos, groups) == (1, 0, 16 * 2 * 5 * 2)
+    dims, last_pos, axis_pos, groups = cuda_quantize.group_plan((7, 9), (9, 1), None)
+    assert dims == [(3, 1, 1), (7, 9, 1)] and (last_pos, axis_pos, groups) == (0, -1, 21)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -491,22 +546,17 @@ def test_gpu_gemm_epilogue(gpu_gemm):
 
 
 @gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape,axis", QUANT_CASES)
-def test_gpu_quantize_matches_repro(shape, axis):
+def test_gpu_quantize_equals_the_cpu_backend(shape, axis, layout):
     gen = torch.Generator().manual_seed(7)
-    x = (torch.randn(shape, generator=gen) * 3).cuda()
-    q, s = cuda.absmax_quantize(x, axis)
-    s_want = quant.absmax(x, axis)
-    assert torch.equal(s, s_want)
-    assert torch.equal(q, quant.quantize(x, s_want, axis))
-    assert torch.equal(q.cpu(), quant.quantize(x.cpu(), s_want.cpu(), axis))
-    qs, s2 = cuda.absmax_quantize(x, axis, "stochastic", generator=torch.Generator().manual_seed(5))
-    v = _scaled(x.cpu(), s2.cpu(), axis)
-    qs = qs.cpu().float()
-    assert bool(((qs == v.floor()) | (qs == v.ceil())).all())
-    seed = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(5)).item())
-    u = torch.from_numpy(cuda.philox_uniform(np.arange(x.numel()), seed & 0xFFFFFFFF, seed >> 32))
-    assert torch.equal(qs, (v.reshape(-1) + u).floor().clamp(-127, 127).reshape(shape))
+    x = _laid_out(torch.randn(shape, generator=gen) * 3, layout)
+    q, s = cuda.absmax_quantize(x.cuda(), axis)
+    assert torch.equal(s.cpu(), kernels.cpu.absmax(x, axis))
+    assert torch.equal(q.cpu(), kernels.cpu.quantize(x, s.cpu(), axis))
+    qs = cuda.quantize(x.cuda(), s, axis, "stochastic", generator=torch.Generator().manual_seed(5))
+    want = kernels.cpu.quantize(x, s.cpu(), axis, "stochastic", generator=torch.Generator().manual_seed(5))
+    assert torch.equal(qs.cpu(), want)
 
 
 @gpu
@@ -525,13 +575,16 @@ def test_gpu_stochastic_rounding_unbiased():
 
 
 @gpu
-def test_gpu_quantize_nonfinite_raises():
+def test_gpu_quantize_nonfinite_sets_the_flag():
+    errors.clear_nonfinite()
     x = torch.ones(1000, device="cuda")
     x[500] = float("nan")
+    cuda.absmax_quantize(x)
     with pytest.raises(quant.NonFiniteError):
-        cuda.absmax_quantize(x)
+        errors.raise_if_nonfinite()
+    cuda.quantize(x, 1.0)
     with pytest.raises(quant.NonFiniteError):
-        cuda.quantize(x, 1.0)
+        errors.raise_if_nonfinite()
 
 
 @gpu

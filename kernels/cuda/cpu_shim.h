@@ -51,6 +51,35 @@ inline int atomicOr(int* p, int v) {
     return old;
 }
 
+inline float atomicAdd(float* p, float v) {
+    std::lock_guard<std::mutex> lock(shim_atomic_mutex);
+    const float old = *p;
+    *p = old + v;
+    return old;
+}
+
+inline double atomicAdd(double* p, double v) {
+    std::lock_guard<std::mutex> lock(shim_atomic_mutex);
+    const double old = *p;
+    *p = old + v;
+    return old;
+}
+
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    std::lock_guard<std::mutex> lock(shim_atomic_mutex);
+    const unsigned long long old = *p;
+    *p = old + v;
+    return old;
+}
+
+inline float __uint_as_float(unsigned int u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+inline float __int_as_float(int i) { return __uint_as_float((unsigned int)i); }
+
 inline unsigned int __umulhi(unsigned int a, unsigned int b) {
     return (unsigned int)(((unsigned long long)a * b) >> 32);
 }

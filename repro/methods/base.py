@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from repro.quant import absmax, quantize
+import kernels
 
 
 @dataclass
@@ -50,12 +50,10 @@ class LayerQuantizer:
 
     # Forward (UI8 and DAIQ alike): per-tensor s = max|x|, nearest rounding.
     def weight(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        s = absmax(w)
-        return quantize(w, s), s
+        return kernels.get_backend(w.device).absmax_quantize(w)
 
     def activation(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        s = absmax(x)
-        return quantize(x, s), s
+        return kernels.get_backend(x.device).absmax_quantize(x)
 
     def grad(self, g: torch.Tensor, channel_axis: int) -> GradCodes:
         raise NotImplementedError
@@ -122,4 +120,4 @@ class Method:
 
 def stochastic(g: torch.Tensor, scale: torch.Tensor, axis: int | None = None) -> torch.Tensor:
     """Gradients use stochastic rounding (UI8 eq. 3; DAIQ 'Our Method')."""
-    return quantize(g, scale, axis=axis, rounding="stochastic")
+    return kernels.get_backend(g.device).quantize(g, scale, axis, "stochastic")

@@ -19,37 +19,23 @@ from typing import Any
 
 import torch
 
+import kernels
 from repro.methods import register
-from repro.methods.base import GradCodes, LayerQuantizer, Method, stochastic
-from repro.quant import absmax
-
-_F32_COUNT_EXACT = 1 << 24  # counts below this are exact in fp32
+from repro.methods.base import GradCodes, LayerQuantizer, Method
 
 
 def channel_stats(g: torch.Tensor, channel_axis: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """max|g| and the discriminator's P(|g| > sigma) per channel (or for the whole tensor if None)."""
-    g = g.detach().float()
-    if channel_axis is None:
-        flat = g.reshape(1, -1)
-    else:
-        flat = g.movedim(channel_axis, 0).reshape(g.shape[channel_axis], -1)
-    # Population std (eq. 15 compares |g| with the sigma of the fitted normal, mean included).
-    sigma = flat.std(dim=1, correction=0, keepdim=True)
-    n = flat.shape[1]
-    if flat.shape[0] > 1 and flat.stride(0) == 1 and n < _F32_COUNT_EXACT:
-        # channels-last g: flat is a transposed view, reduced fastest along its contiguous rows (3x,
-        # measured). One |g| serves both statistics. Maxima and counts are exact in any order, so this
-        # equals the mean of 0/1 floats below (a sum of ones < 2^24 is exact, then divided by n).
-        mag = flat.t().abs()
-        above = (mag > sigma.t()).sum(dim=0, dtype=torch.float32).div_(n)
-        gmax = mag.amax(dim=0)
-    else:
-        mag = flat.abs()
-        above = (mag > sigma).float().mean(dim=1)
-        gmax = mag.amax(dim=1)
-    if channel_axis is None:
-        return gmax.reshape(()), above.reshape(())
-    return gmax, above
+    backend = kernels.get_backend(g.device)
+    gmax, sigma = backend.channel_stats(g, channel_axis)
+    _, counts = backend.quantize(g, gmax.max(), None, "nearest", above=(channel_axis, sigma))
+    return gmax, _fraction(counts, g, channel_axis)
+
+
+def _fraction(counts: torch.Tensor, g: torch.Tensor, channel_axis: int | None) -> torch.Tensor:
+    n = g.numel() // (1 if channel_axis is None else max(1, g.shape[channel_axis]))
+    above = counts.to(torch.float64).div_(max(1, n)).float()
+    return above.reshape(()) if channel_axis is None else above
 
 
 def mcs_update(
@@ -75,20 +61,25 @@ class DaiqQuantizer(LayerQuantizer):
         self.last_gaussian: torch.Tensor | None = None  # discriminator decision, kept for statistics
 
     def grad(self, g: torch.Tensor, channel_axis: int) -> GradCodes:
+        # Three passes over G: the per-channel statistics; the GX codes (per tensor, s = max|G|) together
+        # with the counts of |g| > sigma_c; the GW codes with the clip values MCS chose from those counts.
         self.step += 1
-        gx_scale = absmax(g)
-        gx = stochastic(g, gx_scale)
+        backend = kernels.get_backend(g.device)
         axis = channel_axis if self.per_channel else None
-        gmax, above = channel_stats(g, axis)
+        gmax, sigma = backend.channel_stats(g, axis)
+        gx_scale = gmax.max()  # max|G|, the maximum of the channels' maxima
         if self.clipping:
+            gx, counts = backend.quantize(g, gx_scale, None, "stochastic", above=(axis, sigma))
+            above = _fraction(counts, g, axis).to(gmax.device)
             prev = None if self.scale is None else self.scale.to(gmax.device)
             o = self.opts
             s = mcs_update(gmax, above, prev, o["k"], o["A"], o["lam"])
             self.scale = s.detach()
             self.last_gaussian = (above > o["lam"]).detach()
         else:
+            gx = backend.quantize(g, gx_scale, None, "stochastic")
             s = gmax
-        gw = stochastic(g, s, axis=axis)
+        gw = backend.quantize(g, s, axis, "stochastic")
         return GradCodes(gx, gx_scale, gw, s)
 
     def state_dict(self) -> dict[str, Any]:

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import torch
 
+import kernels
 from repro.methods import register
-from repro.methods.base import GradCodes, LayerQuantizer, Method, stochastic
-from repro.quant import absmax
+from repro.methods.base import GradCodes, LayerQuantizer, Method
 
 
 class GlobalQuantizer(LayerQuantizer):
     def grad(self, g: torch.Tensor, channel_axis: int) -> GradCodes:
         self.step += 1
-        s = absmax(g)
-        q = stochastic(g, s)
+        q, s = kernels.get_backend(g.device).absmax_quantize(g, rounding="stochastic")
         return GradCodes(q, s, q, s)
 
 

@@ -1,0 +1,235 @@
+"""The CPU backend's quantizer: repro.quant's semantics, fused in native code (kernels/native/quantize.cpp).
+
+    q(x; s) = round(127 * clamp(x, -s, s) / s)   int8 in [-127, 127]; s = 0 gives q = 0
+
+Nearest rounding is half to even; stochastic rounding is floor(v + u) with u from the Philox stream
+keyed per call (kernels.rng), the noise the CUDA kernels draw for the same key and element. Inputs are
+float32, bfloat16 or float16 in any dense layout; codes keep the input's layout. A NaN or Inf in the
+input or the scale raises NonFiniteError at once (on the CPU that costs nothing). Where the native
+library cannot be built, torch operations do the same arithmetic (their noise is torch.rand's).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from kernels import native
+from kernels.errors import NonFiniteError
+from kernels.rng import next_key
+
+QMAX = 127
+ROUNDINGS = ("nearest", "stochastic")
+
+
+def _check_rounding(rounding: str) -> None:
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"unknown rounding {rounding!r}; choose one of {', '.join(ROUNDINGS)}")
+
+
+def _raise(what: str, x: torch.Tensor) -> None:
+    raise NonFiniteError(f"non-finite values in {what} of shape {tuple(x.shape)}")
+
+
+def _operand(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    x = x.detach()
+    if x.dtype not in native.DTYPES:
+        x = x.float()
+    return native.dense(x), native.DTYPES[x.dtype]
+
+
+def _scales(scale, x: torch.Tensor, axis: int | None) -> torch.Tensor:
+    s = torch.as_tensor(scale, dtype=torch.float32).detach().to("cpu").reshape(-1).contiguous()
+    if axis is None:
+        if s.numel() != 1:
+            raise ValueError(f"per-tensor quantization needs one scale, got shape {tuple(s.shape)}")
+    elif s.numel() != x.shape[axis]:
+        raise ValueError(f"per-channel scale must have shape ({x.shape[axis]},), got {tuple(s.shape)}")
+    if not bool(torch.isfinite(s).all()):
+        raise NonFiniteError("non-finite values in the quantizer's scale")
+    return s
+
+
+def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+    """max|x| (float32): a 0-d tensor, or one value per slice along `axis`. Raises NonFiniteError."""
+    lib = native.library()
+    if lib is None:
+        return _torch_absmax(x, axis)
+    xd, dt = _operand(x)
+    if axis is None:
+        out = torch.empty((), dtype=torch.float32)
+        if xd.numel() and lib.rq_absmax(native._ptr(xd), dt, xd.numel(), native._ptr(out)):
+            _raise("max|x|'s input", x)
+        return out if xd.numel() else out.zero_()
+    amax, _ = _stats(lib, xd, dt, axis % max(1, x.dim()), moments=False)
+    return amax
+
+
+def channel_stats(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """max|x| and the population standard deviation per slice along `axis` (None: of the whole tensor,
+    as 0-d tensors), in one pass."""
+    lib = native.library()
+    if lib is None:
+        return _torch_channel_stats(x, axis)
+    xd, dt = _operand(x)
+    amax, sigma = _stats(lib, xd, dt, None if axis is None else axis % x.dim(), moments=True)
+    return (amax.reshape(()), sigma.reshape(())) if axis is None else (amax, sigma)
+
+
+def _stats(lib, xd, dt, axis, moments):
+    outer, c, inner = native.channel_split(xd, axis)
+    channels = 1 if axis is None else xd.shape[axis]
+    amax = torch.zeros(channels, dtype=torch.float32)
+    s1 = torch.zeros(channels, dtype=torch.float64) if moments else None
+    s2 = torch.zeros(channels, dtype=torch.float64) if moments else None
+    if xd.numel():
+        bad = lib.rq_channel_stats(
+            native._ptr(xd), dt, outer, c, inner, native._ptr(amax), native._ptr(s1), native._ptr(s2)
+        )
+        if bad:
+            _raise("the quantizer's input", xd)
+    if not moments:
+        return amax, None
+    n = max(1, xd.numel() // max(1, channels))
+    mean = s1 / n
+    return amax, (s2 / n - mean * mean).clamp_min_(0.0).sqrt_().float()
+
+
+def quantize(
+    x: torch.Tensor,
+    scale,
+    axis: int | None = None,
+    rounding: str = "nearest",
+    generator: torch.Generator | None = None,
+    above: tuple[int, torch.Tensor] | None = None,
+):
+    """int8 codes of x clipped to [-scale, scale] (per tensor, or per slice along `axis`).
+
+    above=(dim, thresholds): also count, per slice along `dim` (None: the whole tensor), the elements with
+    |x| > thresholds[c] (DAIQ's fraction above sigma, in the same pass); then returns (codes, counts as
+    int64).
+    """
+    _check_rounding(rounding)
+    ndim = x.dim()
+    axis = None if axis is None else axis % max(1, ndim)
+    s = _scales(scale, x, axis)
+    lib = native.library()
+    if lib is None:
+        return _torch_quantize(x, s, axis, rounding, generator, above)
+    xd, dt = _operand(x)
+    q = torch.empty_like(xd, dtype=torch.int8)
+    count_axis, thresh, counts = None, None, None
+    if above is not None:
+        count_axis = None if above[0] is None else above[0] % ndim
+        thresh = above[1].detach().to("cpu", torch.float32).reshape(-1).contiguous()
+        counts = torch.zeros(1 if count_axis is None else xd.shape[count_axis], dtype=torch.int64)
+        if axis is not None and axis != count_axis:
+            raise ValueError("the scale's axis and the counted axis must be the same")
+    chan = axis if axis is not None else count_axis
+    stochastic = rounding == "stochastic"
+    k0, k1 = next_key(generator) if stochastic else (0, 0)
+    if xd.numel():
+        bad = lib.rq_quantize(
+            native._ptr(xd), dt, native._ptr(q), ndim, native._i64(xd.shape), native._i64(xd.stride()),
+            native._ptr(s), -1 if chan is None else chan, int(axis is not None), int(stochastic),
+            ctypes.c_uint32(k0), ctypes.c_uint32(k1), native._ptr(thresh), native._ptr(counts),
+        )  # fmt: skip
+        if bad:
+            _raise("the quantizer's input", x)
+    return q if above is None else (q, counts)
+
+
+def absmax_quantize(x, axis=None, rounding="nearest", generator=None):
+    """(codes, s) with s = max|x| per tensor or per slice along `axis`."""
+    s = absmax(x, axis)
+    return quantize(x, s, axis, rounding, generator), s
+
+
+def dequantize(
+    acc: torch.Tensor,
+    scale,
+    axis: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    inplace: bool = False,
+) -> torch.Tensor:
+    """acc (int32) * scale in one pass: per tensor, or per slice along `axis`; float32 or bfloat16 in acc's
+    layout. inplace: a float32 result takes acc's own storage (acc is not used afterwards)."""
+    lib = native.library()
+    if lib is None or dtype not in (torch.float32, torch.bfloat16) or acc.dtype != torch.int32:
+        return _torch_dequantize(acc, scale, axis, dtype)
+    acc = native.dense(acc)
+    s = torch.as_tensor(scale, dtype=torch.float32).detach().to("cpu").reshape(-1).contiguous()
+    axis = None if axis is None else axis % acc.dim()
+    out = (
+        acc.view(torch.float32) if inplace and dtype == torch.float32 else torch.empty_like(acc, dtype=dtype)
+    )
+    outer, c, inner = native.channel_split(acc, axis)
+    if acc.numel():
+        lib.rq_dequantize(native._ptr(acc), native._ptr(out), int(dtype == torch.bfloat16), outer, c, inner,
+                          native._ptr(s), int(axis is not None and s.numel() > 1))  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# torch fallback (no compiler on this machine): the same arithmetic, one torch op per step
+
+
+def _memory_order(x: torch.Tensor) -> torch.Tensor:
+    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), -x.shape[d]))
+    return x.permute(order)
+
+
+def _torch_absmax(x: torch.Tensor, axis: int | None) -> torch.Tensor:
+    x = x.detach().float()
+    if not bool(torch.isfinite(x.sum())):
+        _raise("max|x|'s input", x)
+    if axis is None:
+        return x.abs().amax() if x.numel() else torch.zeros(())
+    dims = [d for d in range(x.dim()) if d != axis % x.dim()]
+    return x.abs().amax(dim=dims) if dims else x.abs()
+
+
+def _torch_channel_stats(x: torch.Tensor, axis: int | None):
+    x = x.detach().float()
+    flat = x.reshape(1, -1) if axis is None else x.movedim(axis, 0).reshape(x.shape[axis], -1)
+    if not bool(torch.isfinite(flat.sum())):
+        _raise("the quantizer's input", x)
+    amax, sigma = flat.abs().amax(dim=1), flat.std(dim=1, correction=0)
+    return (amax.reshape(()), sigma.reshape(())) if axis is None else (amax, sigma)
+
+
+def _torch_dequantize(acc, scale, axis, dtype):
+    s = torch.as_tensor(scale, dtype=torch.float32, device=acc.device)
+    if axis is not None and s.numel() > 1:
+        shape = [1] * acc.dim()
+        shape[axis] = -1
+        s = s.reshape(shape)
+    return (acc.float() * s).to(dtype)
+
+
+def _torch_quantize(x, s, axis, rounding, generator, above):
+    xf = x.detach().float()
+    if not bool(torch.isfinite(xf.sum())):
+        _raise("the quantizer's input", x)
+    shape = [1] * x.dim()
+    if axis is not None:
+        shape[axis] = -1
+    inv = torch.where(s > 0, QMAX / s.clamp_min(torch.finfo(torch.float32).tiny), torch.zeros_like(s))
+    v = (xf * inv.reshape(shape if axis is not None else [])).clamp_(-QMAX, QMAX)
+    if rounding == "nearest":
+        v.round_()
+    else:
+        v.add_(torch.rand(v.shape, generator=generator)).floor_().clamp_(-QMAX, QMAX)
+    q = torch.empty_like(xf, dtype=torch.int8).copy_(v)
+    if above is None:
+        return q
+    dim, thresh = above
+    if dim is None:
+        return q, (xf.abs() > thresh.float().reshape(())).sum().reshape(1)
+    dim %= x.dim()
+    tshape = [1] * x.dim()
+    tshape[dim] = -1
+    dims = [d for d in range(x.dim()) if d != dim]
+    counts = (xf.abs() > thresh.float().reshape(tshape)).sum(dim=dims)
+    return q, counts

@@ -1,0 +1,42 @@
+"""What the backends raise: a NaN or an Inf met by a quantizer means the training run has diverged.
+
+The CPU backend raises at once. A GPU backend must not wait for the device inside a training step, so its
+quantizers set a flag on the device instead (``device_flag``), and ``raise_if_nonfinite`` reads the flags
+once per iteration (Int8TrainingHook after every step, LayerLrScaling before every optimizer step): the
+run is still recorded as diverged at the iteration it happened.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class NonFiniteError(FloatingPointError):
+    """A NaN or Inf reached a quantizer: the run has diverged (UI8 Table 3 reports such a NaN)."""
+
+
+_FLAGS: dict[torch.device, torch.Tensor] = {}
+
+
+def device_flag(device: torch.device) -> torch.Tensor:
+    """The device's int32 flag (one element), OR-ed to 1 by a quantizer that met a NaN or an Inf."""
+    flag = _FLAGS.get(device)
+    if flag is None:
+        flag = _FLAGS[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return flag
+
+
+def raise_if_nonfinite() -> None:
+    """Read (one synchronisation per device that has a flag) and clear the flags; raise NonFiniteError if
+    any was set since the last call."""
+    hit = [dev for dev, flag in _FLAGS.items() if int(flag.item())]
+    for dev in hit:
+        _FLAGS[dev].zero_()
+    if hit:
+        raise NonFiniteError(f"non-finite values reached a quantizer on {', '.join(str(d) for d in hit)}")
+
+
+def clear_nonfinite() -> None:
+    """Forget set flags (a skipped mixed-precision step: GradScaler handles its overflows itself)."""
+    for flag in _FLAGS.values():
+        flag.zero_()

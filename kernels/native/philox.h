@@ -1,0 +1,87 @@
+// Philox4x32-10 on the CPU: the same function as kernels/cuda/philox.cuh (Salmon et al., SC 2011), scalar
+// and 8 lanes at a time with AVX2, so the CPU and the GPU draw the same noise for the same key and element.
+//
+// The stream (shared with the CUDA quantizer): a tensor is read as rows x L, L its last dimension and a row
+// every index of the other dimensions in row-major order; element (r, j) takes word j % 4 of
+// philox(counter = (r low, r high, j / 4, 0), key = (k0, k1)), and u = (word >> 8) * 2^-24 in [0, 1).
+#pragma once
+
+#include <cstdint>
+
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+namespace rq {
+
+constexpr uint32_t PHILOX_M0 = 0xD2511F53u, PHILOX_M1 = 0xCD9E8D57u;
+constexpr uint32_t PHILOX_W0 = 0x9E3779B9u, PHILOX_W1 = 0xBB67AE85u;
+
+inline void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
+    for (int round = 0; round < 10; ++round) {
+        if (round > 0) {
+            k0 += PHILOX_W0;
+            k1 += PHILOX_W1;
+        }
+        const uint64_t p0 = (uint64_t)PHILOX_M0 * c[0], p1 = (uint64_t)PHILOX_M1 * c[2];
+        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+        c[0] = n0;
+        c[1] = (uint32_t)p1;
+        c[2] = n2;
+        c[3] = (uint32_t)p0;
+    }
+}
+
+inline float uniform_of(uint32_t word) { return (float)(word >> 8) * 5.9604644775390625e-08f; }  // 2^-24
+
+// u of element (r, j): one Philox call per element (scalar paths, tails)
+inline float philox_uniform(uint64_t r, uint64_t j, uint32_t k0, uint32_t k1) {
+    uint32_t c[4] = {(uint32_t)r, (uint32_t)(r >> 32), (uint32_t)(j >> 2), 0u};
+    philox(c, k0, k1);
+    return uniform_of(c[j & 3]);
+}
+
+#ifdef __AVX2__
+// The round keys of one call, broadcast: 10 x (k0, k1).
+struct PhiloxKeys {
+    __m256i k0[10], k1[10];
+    PhiloxKeys(uint32_t a, uint32_t b) {
+        for (int i = 0; i < 10; ++i) {
+            k0[i] = _mm256_set1_epi32((int)a);
+            k1[i] = _mm256_set1_epi32((int)b);
+            a += PHILOX_W0;
+            b += PHILOX_W1;
+        }
+    }
+};
+
+// (hi, lo) of the 32 x 32 -> 64-bit products a * m, lane by lane
+static inline void mul_hilo(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
+    const __m256i even = _mm256_mul_epu32(a, m);                          // lanes 0, 2, 4, 6 as 64-bit
+    const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);  // lanes 1, 3, 5, 7
+    hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+    lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+}
+
+// 8 Philox4x32-10 calls at once: counters (c0..c3 per lane) in, the four words per lane out in place.
+static inline void philox8(__m256i& c0, __m256i& c1, __m256i& c2, __m256i& c3, const PhiloxKeys& key) {
+    const __m256i m0 = _mm256_set1_epi32((int)PHILOX_M0), m1 = _mm256_set1_epi32((int)PHILOX_M1);
+    for (int round = 0; round < 10; ++round) {
+        __m256i hi0, lo0, hi1, lo1;
+        mul_hilo(c0, m0, hi0, lo0);
+        mul_hilo(c2, m1, hi1, lo1);
+        const __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), key.k0[round]);
+        const __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), key.k1[round]);
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+    }
+}
+
+static inline __m256 uniform8(__m256i word) {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(word, 8)), _mm256_set1_ps(5.9604644775390625e-08f));
+}
+#endif
+
+}  // namespace rq

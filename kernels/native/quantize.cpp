@@ -1,0 +1,773 @@
+// The CPU backend's quantizer, fused: absmax, per-channel moments, and the symmetric int8 codes
+//     q = round(127 * clamp(x, -s, s) / s)   (nearest: half to even; stochastic: floor(v + u))
+// computed as repro.quant's reference does (inv = 127 / s in fp32, v = clamp(x * inv, -127, 127)), so nearest
+// codes are bit-identical; stochastic noise comes from Philox (philox.h), the stream the CUDA kernel draws.
+//
+// Tensors arrive dense (every element once in one block of memory, any permutation of dimensions: NCHW,
+// channels-last, ...) as float32, bfloat16 or float16. A per-channel quantity along a dimension of stride
+// `inner` and size C sees memory as (outer, C, inner). Every function returns 1 when it met a NaN or an
+// Inf (the caller raises), else 0. Multi-threaded with OpenMP (torch's runtime: torch.set_num_threads
+// applies), vectorised with AVX2 where the compiler targets it (-march=native), scalar otherwise.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <omp.h>
+
+#include "philox.h"
+
+namespace rq {
+
+enum Dtype { F32 = 0, BF16 = 1, F16 = 2 };
+// below this many elements a pass stays on one thread, as torch's grain size: a parallel region waits for
+// every thread, and on a loaded machine that wait cost milliseconds per call (measured)
+constexpr int64_t PARALLEL_MIN = 1 << 15;
+constexpr float QMAXF = 127.0f;
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline float f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+    uint32_t u;
+    if (exp == 0) {
+        if (mant == 0) {
+            u = sign;
+        } else {  // subnormal: normalise
+            int e = -1;
+            uint32_t m = mant;
+            do {
+                ++e;
+                m <<= 1;
+            } while (!(m & 0x400));
+            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((m & 0x3FF) << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7F800000u | (mant << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+template <int DT>
+static inline float load1(const void* p, int64_t i) {
+    if constexpr (DT == F32) return static_cast<const float*>(p)[i];
+    else if constexpr (DT == BF16) return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    else return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+}
+
+static inline bool nonfinite(float v) { return !(std::fabs(v) <= std::numeric_limits<float>::max()); }
+
+// repro.quant's reference: where(s > 0, 127 / s.clamp_min(FLT_MIN), 0), and torch evaluates 127 / s as
+// s.reciprocal() * 127 (two roundings; 127.0f / s differs in the last bit for some s)
+static inline float inv_scale(float s) {
+    return s > 0.0f ? (1.0f / std::fmax(s, std::numeric_limits<float>::min())) * QMAXF : 0.0f;
+}
+
+static inline int8_t code_nearest(float x, float inv) {
+    float v = std::fmin(std::fmax(x * inv, -QMAXF), QMAXF);
+    return (int8_t)(int)std::nearbyint(v);
+}
+
+static inline int8_t code_stochastic(float x, float inv, float u) {
+    float v = std::fmin(std::fmax(x * inv, -QMAXF), QMAXF);
+    v = std::floor(v + u);
+    return (int8_t)(int)std::fmin(std::fmax(v, -QMAXF), QMAXF);
+}
+
+#ifdef __AVX2__
+template <int DT>
+static inline __m256 load8(const void* p, int64_t i) {
+    if constexpr (DT == F32) {
+        return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+    } else if constexpr (DT == BF16) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
+    }
+}
+
+static inline __m256 abs8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+// lanes that are NaN or +-Inf
+static inline __m256 bad8(__m256 v) {
+    return _mm256_cmp_ps(abs8(v), _mm256_set1_ps(std::numeric_limits<float>::max()), _CMP_NLE_UQ);
+}
+
+static inline __m256 clamp8(__m256 v) {
+    return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-QMAXF)), _mm256_set1_ps(QMAXF));
+}
+
+static inline __m256 codes_nearest8(__m256 x, __m256 inv) {
+    return _mm256_round_ps(clamp8(_mm256_mul_ps(x, inv)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+static inline __m256 codes_stochastic8(__m256 x, __m256 inv, __m256 u) {
+    return clamp8(_mm256_floor_ps(_mm256_add_ps(clamp8(_mm256_mul_ps(x, inv)), u)));
+}
+
+// 8 integral floats in [-127, 127] -> 8 int8 at q
+static inline void store8(int8_t* q, __m256 v) {
+    const __m256i i = _mm256_cvtps_epi32(v);
+    const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q), _mm_packs_epi16(p16, p16));
+}
+#endif
+
+// ------------------------------------------------------------------------------------------------------
+// reductions
+
+template <int DT>
+static int absmax_impl(const void* x, int64_t n, float* out) {
+    float best = 0.0f;
+    int bad = 0;
+#pragma omp parallel reduction(max : best) reduction(| : bad) if (n >= PARALLEL_MIN)
+    {
+        float m = 0.0f;
+        int b = 0;
+        int64_t i0 = 0;
+#ifdef __AVX2__
+        __m256 vm = _mm256_setzero_ps(), vb = _mm256_setzero_ps();
+        const int64_t nv = n / 8;
+#pragma omp for schedule(static) nowait
+        for (int64_t v = 0; v < nv; ++v) {
+            const __m256 a = load8<DT>(x, 8 * v);
+            vb = _mm256_or_ps(vb, bad8(a));
+            vm = _mm256_max_ps(vm, abs8(a));
+        }
+        alignas(32) float t[8];
+        _mm256_store_ps(t, vm);
+        for (float e : t) m = std::fmax(m, e);
+        b |= _mm256_movemask_ps(vb) != 0;
+        i0 = nv * 8;
+#endif
+#pragma omp single nowait
+        for (int64_t i = i0; i < n; ++i) {
+            const float a = load1<DT>(x, i);
+            b |= nonfinite(a);
+            m = std::fmax(m, std::fabs(a));
+        }
+        best = std::fmax(best, m);
+        bad |= b;
+    }
+    *out = bad ? std::numeric_limits<float>::quiet_NaN() : best;
+    return bad;
+}
+
+// Per-channel max|x|, and (moments != nullptr) sum and sum of squares, over memory (outer, C, inner).
+template <int DT>
+static int channel_stats_impl(const void* x, int64_t outer, int64_t C, int64_t inner, float* amax, double* sum,
+                              double* sumsq) {
+    const int nt = omp_get_max_threads();
+    std::vector<float> tmax((size_t)nt * C, 0.0f);
+    std::vector<double> tsum(sum ? (size_t)nt * C : 0, 0.0), tsq(sum ? (size_t)nt * C : 0, 0.0);
+    int bad = 0;
+#pragma omp parallel reduction(| : bad) if (outer * C * inner >= PARALLEL_MIN)
+    {
+        const int t = omp_get_thread_num();
+        float* m = tmax.data() + (size_t)t * C;
+        double* s1 = sum ? tsum.data() + (size_t)t * C : nullptr;
+        double* s2 = sum ? tsq.data() + (size_t)t * C : nullptr;
+        if (C == 1) {
+            // one channel (the whole tensor): chunks of the flat memory
+            const int64_t n = outer * inner, CH = 1 << 14;
+#pragma omp for schedule(static)
+            for (int64_t i0 = 0; i0 < n; i0 += CH) {
+                const int64_t i1 = std::min(n, i0 + CH);
+                float mx = 0.0f;
+                double a1 = 0.0, a2 = 0.0;
+                int64_t i = i0;
+#ifdef __AVX2__
+                __m256 vm = _mm256_setzero_ps(), v1 = _mm256_setzero_ps(), v2 = _mm256_setzero_ps(),
+                       vb = _mm256_setzero_ps();
+                for (; i + 8 <= i1; i += 8) {
+                    const __m256 a = load8<DT>(x, i);
+                    vb = _mm256_or_ps(vb, bad8(a));
+                    vm = _mm256_max_ps(vm, abs8(a));
+                    v1 = _mm256_add_ps(v1, a);
+                    v2 = _mm256_add_ps(v2, _mm256_mul_ps(a, a));
+                }
+                bad |= _mm256_movemask_ps(vb) != 0;
+                alignas(32) float tm[8], t1[8], t2[8];
+                _mm256_store_ps(tm, vm);
+                _mm256_store_ps(t1, v1);
+                _mm256_store_ps(t2, v2);
+                for (int l = 0; l < 8; ++l) {
+                    mx = std::fmax(mx, tm[l]);
+                    a1 += t1[l];
+                    a2 += t2[l];
+                }
+#endif
+                for (; i < i1; ++i) {
+                    const float a = load1<DT>(x, i);
+                    bad |= nonfinite(a);
+                    mx = std::fmax(mx, std::fabs(a));
+                    a1 += a;
+                    a2 += (double)a * a;
+                }
+                m[0] = std::fmax(m[0], mx);
+                if (sum) {
+                    s1[0] += a1;
+                    s2[0] += a2;
+                }
+            }
+        } else if (inner == 1) {
+            // channels innermost: float partial sums over blocks of rows, flushed into double
+            const int64_t BLOCK = 64;
+            std::vector<float> p1(sum ? C : 0, 0.0f), p2(sum ? C : 0, 0.0f);
+            const int64_t nblocks = (outer + BLOCK - 1) / BLOCK;
+#pragma omp for schedule(static)
+            for (int64_t blk = 0; blk < nblocks; ++blk) {
+                const int64_t o1 = std::min(outer, (blk + 1) * BLOCK);
+                for (int64_t o = blk * BLOCK; o < o1; ++o) {
+                    const int64_t base = o * C;
+                    int64_t c = 0;
+#ifdef __AVX2__
+                    for (; c + 8 <= C; c += 8) {
+                        const __m256 a = load8<DT>(x, base + c);
+                        bad |= _mm256_movemask_ps(bad8(a)) != 0;
+                        _mm256_storeu_ps(m + c, _mm256_max_ps(_mm256_loadu_ps(m + c), abs8(a)));
+                        if (sum) {
+                            _mm256_storeu_ps(p1.data() + c, _mm256_add_ps(_mm256_loadu_ps(p1.data() + c), a));
+                            _mm256_storeu_ps(p2.data() + c,
+                                             _mm256_add_ps(_mm256_loadu_ps(p2.data() + c), _mm256_mul_ps(a, a)));
+                        }
+                    }
+#endif
+                    for (; c < C; ++c) {
+                        const float a = load1<DT>(x, base + c);
+                        bad |= nonfinite(a);
+                        m[c] = std::fmax(m[c], std::fabs(a));
+                        if (sum) {
+                            p1[c] += a;
+                            p2[c] += a * a;
+                        }
+                    }
+                }
+                if (sum) {
+                    for (int64_t c = 0; c < C; ++c) {
+                        s1[c] += p1[c];
+                        s2[c] += p2[c];
+                        p1[c] = p2[c] = 0.0f;
+                    }
+                }
+            }
+        } else {
+            // a channel is a run of `inner` consecutive elements
+#pragma omp for schedule(static)
+            for (int64_t oc = 0; oc < outer * C; ++oc) {
+                const int64_t c = oc % C, base = oc * inner;
+                float mx = 0.0f;
+                double a1 = 0.0, a2 = 0.0;
+                int64_t i = 0;
+#ifdef __AVX2__
+                __m256 vm = _mm256_setzero_ps(), v1 = _mm256_setzero_ps(), v2 = _mm256_setzero_ps(),
+                       vb = _mm256_setzero_ps();
+                for (; i + 8 <= inner; i += 8) {
+                    const __m256 a = load8<DT>(x, base + i);
+                    vb = _mm256_or_ps(vb, bad8(a));
+                    vm = _mm256_max_ps(vm, abs8(a));
+                    v1 = _mm256_add_ps(v1, a);
+                    v2 = _mm256_add_ps(v2, _mm256_mul_ps(a, a));
+                }
+                bad |= _mm256_movemask_ps(vb) != 0;
+                alignas(32) float tm[8], t1[8], t2[8];
+                _mm256_store_ps(tm, vm);
+                _mm256_store_ps(t1, v1);
+                _mm256_store_ps(t2, v2);
+                for (int l = 0; l < 8; ++l) {
+                    mx = std::fmax(mx, tm[l]);
+                    a1 += t1[l];
+                    a2 += t2[l];
+                }
+#endif
+                for (; i < inner; ++i) {
+                    const float a = load1<DT>(x, base + i);
+                    bad |= nonfinite(a);
+                    mx = std::fmax(mx, std::fabs(a));
+                    a1 += a;
+                    a2 += (double)a * a;
+                }
+                m[c] = std::fmax(m[c], mx);
+                if (sum) {
+                    s1[c] += a1;
+                    s2[c] += a2;
+                }
+            }
+        }
+    }
+    for (int64_t c = 0; c < C; ++c) {
+        float mx = 0.0f;
+        double a1 = 0.0, a2 = 0.0;
+        for (int t = 0; t < nt; ++t) {
+            mx = std::fmax(mx, tmax[(size_t)t * C + c]);
+            if (sum) {
+                a1 += tsum[(size_t)t * C + c];
+                a2 += tsq[(size_t)t * C + c];
+            }
+        }
+        amax[c] = mx;
+        if (sum) {
+            sum[c] = a1;
+            sumsq[c] = a2;
+        }
+    }
+    return bad;
+}
+
+// ------------------------------------------------------------------------------------------------------
+// quantization
+
+struct Plan {
+    int ndim;
+    int64_t size[8], stride[8];
+    const float* inv;  // per channel along `axis`, or one value
+    int axis;          // logical dimension of the channel (per-channel scale and/or counts), -1: none
+    int per_channel;   // inv has one value per channel
+    const float* thresh;  // count |x| > thresh[c] per channel (DAIQ's fraction above sigma), or null
+    uint32_t* count;      // per thread x channel
+    int64_t C;
+    uint32_t k0, k1;
+};
+
+// Nearest rounding (no noise): a flat pass over memory, seen as (outer, C, inner) around the channel axis.
+template <int DT>
+static int quantize_flat(const void* x, int8_t* q, const Plan& p, int64_t n) {
+    const int64_t C = p.axis >= 0 ? p.size[p.axis] : 1;
+    // runs of `inner` consecutive elements of one channel; per tensor, chunks of the flat memory
+    const int64_t inner = p.axis >= 0 ? p.stride[p.axis] : std::min<int64_t>(n, 1 << 14);
+    const int64_t runs = (n + inner - 1) / inner;
+    int bad = 0;
+#pragma omp parallel reduction(| : bad) if (n >= PARALLEL_MIN)
+    {
+        uint32_t* cnt = p.count ? p.count + (size_t)omp_get_thread_num() * p.C : nullptr;
+        if (p.axis >= 0 && inner == 1 && C > 1) {
+            // channels innermost: lanes are consecutive channels
+#pragma omp for schedule(static)
+            for (int64_t o = 0; o < n / C; ++o) {
+                const int64_t base = o * C;
+                int64_t c = 0;
+#ifdef __AVX2__
+                for (; c + 8 <= C; c += 8) {
+                    const __m256 a = load8<DT>(x, base + c);
+                    bad |= _mm256_movemask_ps(bad8(a)) != 0;
+                    const __m256 inv = p.per_channel ? _mm256_loadu_ps(p.inv + c) : _mm256_set1_ps(p.inv[0]);
+                    store8(q + base + c, codes_nearest8(a, inv));
+                    if (cnt) {
+                        const __m256i gt = _mm256_castps_si256(
+                            _mm256_cmp_ps(abs8(a), _mm256_loadu_ps(p.thresh + c), _CMP_GT_OQ));
+                        __m256i* dst = reinterpret_cast<__m256i*>(cnt + c);
+                        _mm256_storeu_si256(dst, _mm256_sub_epi32(_mm256_loadu_si256(dst), gt));
+                    }
+                }
+#endif
+                for (; c < C; ++c) {
+                    const float a = load1<DT>(x, base + c);
+                    bad |= nonfinite(a);
+                    q[base + c] = code_nearest(a, p.per_channel ? p.inv[c] : p.inv[0]);
+                    if (cnt) cnt[c] += std::fabs(a) > p.thresh[c];
+                }
+            }
+        } else {
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < runs; ++r) {
+                const int64_t c = r % C, base = r * inner, len = std::min(inner, n - base);
+                const float inv = p.per_channel ? p.inv[c] : p.inv[0];
+                uint32_t above = 0;
+                int64_t i = 0;
+#ifdef __AVX2__
+                const __m256 vinv = _mm256_set1_ps(inv);
+                __m256 vb = _mm256_setzero_ps();
+                for (; i + 8 <= len; i += 8) {
+                    const __m256 a = load8<DT>(x, base + i);
+                    vb = _mm256_or_ps(vb, bad8(a));
+                    store8(q + base + i, codes_nearest8(a, vinv));
+                    if (cnt) {
+                        const __m256 gt = _mm256_cmp_ps(abs8(a), _mm256_set1_ps(p.thresh[c]), _CMP_GT_OQ);
+                        above += __builtin_popcount(_mm256_movemask_ps(gt));
+                    }
+                }
+                bad |= _mm256_movemask_ps(vb) != 0;
+#endif
+                for (; i < len; ++i) {
+                    const float a = load1<DT>(x, base + i);
+                    bad |= nonfinite(a);
+                    q[base + i] = code_nearest(a, inv);
+                    if (cnt) above += std::fabs(a) > p.thresh[c];
+                }
+                if (cnt) cnt[c] += above;
+            }
+        }
+    }
+    return bad;
+}
+
+// Row coefficients: r = sum over d < ndim - 1 of index_d * R[d] (the row-major index of a row).
+static void row_coefficients(const Plan& p, int64_t* R) {
+    int64_t acc = 1;
+    for (int d = p.ndim - 2; d >= 0; --d) {
+        R[d] = acc;
+        acc *= p.size[d];
+    }
+}
+
+// Stochastic rounding, any dense layout, one element at a time (Philox once per group of 4).
+template <int DT>
+static int quantize_stochastic_scalar(const void* x, int8_t* q, const Plan& p) {
+    int64_t R[8];
+    row_coefficients(p, R);
+    const int last = p.ndim - 1;
+    const int64_t L = p.size[last], rows = [&] {
+        int64_t r = 1;
+        for (int d = 0; d < last; ++d) r *= p.size[d];
+        return r;
+    }();
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (rows * L >= PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; ++r) {
+        uint32_t* cnt = p.count ? p.count + (size_t)omp_get_thread_num() * p.C : nullptr;
+        int64_t idx[8], rem = r, base = 0;
+        for (int d = last - 1; d >= 0; --d) {
+            idx[d] = rem % p.size[d];
+            rem /= p.size[d];
+            base += idx[d] * p.stride[d];
+        }
+        uint32_t words[4];
+        for (int64_t j = 0; j < L; ++j) {
+            if ((j & 3) == 0) {
+                words[0] = (uint32_t)r;
+                words[1] = (uint32_t)((uint64_t)r >> 32);
+                words[2] = (uint32_t)(j >> 2);
+                words[3] = 0;
+                philox(words, p.k0, p.k1);
+            }
+            const int64_t off = base + j * p.stride[last];
+            const int64_t c = p.axis < 0 ? 0 : (p.axis == last ? j : idx[p.axis]);
+            const float a = load1<DT>(x, off);
+            bad |= nonfinite(a);
+            q[off] = code_stochastic(a, p.per_channel ? p.inv[c] : p.inv[0], uniform_of(words[j & 3]));
+            if (cnt) cnt[c] += std::fabs(a) > p.thresh[c];
+        }
+    }
+    return bad;
+}
+
+#ifdef __AVX2__
+// Stochastic rounding when the innermost dimension in memory, m, is not the last logical one (a
+// channels-last gradient): 8 consecutive m share a Philox call with its 4 words for 4 consecutive j.
+template <int DT>
+static int quantize_stochastic_inner(const void* x, int8_t* q, const Plan& p, int m) {
+    int64_t R[8];
+    row_coefficients(p, R);
+    const int last = p.ndim - 1;
+    const int64_t L = p.size[last], M = p.size[m], J4 = (L + 3) / 4, sj = p.stride[last];
+    int od[8], no = 0;  // the other dimensions
+    int64_t outer = 1;
+    for (int d = 0; d < last; ++d)
+        if (d != m) {
+            od[no++] = d;
+            outer *= p.size[d];
+        }
+    const PhiloxKeys keys(p.k0, p.k1);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const int64_t Rm = R[m];
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (outer * L * M >= PARALLEL_MIN)
+    for (int64_t t = 0; t < outer * J4; ++t) {
+        uint32_t* cnt = p.count ? p.count + (size_t)omp_get_thread_num() * p.C : nullptr;
+        const int64_t j4 = t % J4;
+        int64_t rem = t / J4, base = 0, rbase = 0, idx[8] = {0};
+        for (int k = no - 1; k >= 0; --k) {
+            const int d = od[k];
+            idx[d] = rem % p.size[d];
+            rem /= p.size[d];
+            base += idx[d] * p.stride[d];
+            rbase += idx[d] * R[d];
+        }
+        __m256 vb = _mm256_setzero_ps();
+        for (int64_t m0 = 0; m0 < M; m0 += 8) {
+            // rows r = rbase + (m0 + lane) * Rm, as 64-bit (low and high words)
+            const __m256i mi = _mm256_add_epi32(_mm256_set1_epi32((int)m0), lane);
+            const __m256i rm_even = _mm256_mul_epu32(mi, _mm256_set1_epi64x(Rm));
+            const __m256i rm_odd = _mm256_mul_epu32(_mm256_srli_epi64(mi, 32), _mm256_set1_epi64x(Rm));
+            const __m256i r_even = _mm256_add_epi64(rm_even, _mm256_set1_epi64x(rbase));
+            const __m256i r_odd = _mm256_add_epi64(rm_odd, _mm256_set1_epi64x(rbase));
+            __m256i c0 = _mm256_blend_epi32(r_even, _mm256_slli_epi64(r_odd, 32), 0xAA);
+            __m256i c1 = _mm256_blend_epi32(_mm256_srli_epi64(r_even, 32), r_odd, 0xAA);
+            __m256i c2 = _mm256_set1_epi32((int)j4), c3 = _mm256_setzero_si256();
+            philox8(c0, c1, c2, c3, keys);
+            const __m256i words[4] = {c0, c1, c2, c3};
+            const int64_t nm = std::min<int64_t>(8, M - m0);
+            for (int w = 0; w < 4; ++w) {
+                const int64_t j = 4 * j4 + w;
+                if (j >= L) break;
+                const int64_t off = base + j * sj + m0;
+                const __m256 u = uniform8(words[w]);
+                __m256 inv;
+                if (!p.per_channel) inv = _mm256_set1_ps(p.inv[0]);
+                else if (p.axis == m) inv = nm == 8 ? _mm256_loadu_ps(p.inv + m0) : _mm256_setzero_ps();
+                else inv = _mm256_set1_ps(p.inv[p.axis == last ? j : idx[p.axis]]);  // per_channel: axis >= 0
+                if (nm == 8) {
+                    const __m256 a = load8<DT>(x, off);
+                    vb = _mm256_or_ps(vb, bad8(a));
+                    store8(q + off, codes_stochastic8(a, inv, u));
+                    if (cnt) {
+                        if (p.axis == m) {
+                            const __m256i gt = _mm256_castps_si256(
+                                _mm256_cmp_ps(abs8(a), _mm256_loadu_ps(p.thresh + m0), _CMP_GT_OQ));
+                            __m256i* dst = reinterpret_cast<__m256i*>(cnt + m0);
+                            _mm256_storeu_si256(dst, _mm256_sub_epi32(_mm256_loadu_si256(dst), gt));
+                        } else {
+                            const int64_t c = p.axis < 0 ? 0 : (p.axis == last ? j : idx[p.axis]);
+                            const __m256 gt = _mm256_cmp_ps(abs8(a), _mm256_set1_ps(p.thresh[c]), _CMP_GT_OQ);
+                            cnt[c] += __builtin_popcount(_mm256_movemask_ps(gt));
+                        }
+                    }
+                } else {
+                    alignas(32) float us[8];
+                    _mm256_store_ps(us, u);
+                    for (int64_t l = 0; l < nm; ++l) {
+                        const int64_t c = p.axis == m ? m0 + l : (p.axis == last ? j : (p.axis >= 0 ? idx[p.axis] : 0));
+                        const float a = load1<DT>(x, off + l);
+                        bad |= nonfinite(a);
+                        q[off + l] = code_stochastic(a, p.per_channel ? p.inv[c] : p.inv[0], us[l]);
+                        if (cnt) cnt[c] += std::fabs(a) > p.thresh[c];
+                    }
+                }
+            }
+        }
+        bad |= _mm256_movemask_ps(vb) != 0;
+    }
+    return bad;
+}
+
+// Stochastic rounding when the last logical dimension is contiguous (NCHW, linear layers): 8 Philox calls
+// give the 32 noise words of 32 consecutive elements of a row, transposed into memory order.
+template <int DT>
+static int quantize_stochastic_rows(const void* x, int8_t* q, const Plan& p) {
+    const int last = p.ndim - 1;
+    const int64_t L = p.size[last];
+    int64_t rows = 1;
+    for (int d = 0; d < last; ++d) rows *= p.size[d];
+    const int64_t CHUNK = 1024;  // elements of a row per work item, so one long row is shared out too
+    const int64_t per_row = (L + CHUNK - 1) / CHUNK;
+    const PhiloxKeys keys(p.k0, p.k1);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (rows * L >= PARALLEL_MIN)
+    for (int64_t t = 0; t < rows * per_row; ++t) {
+        uint32_t* cnt = p.count ? p.count + (size_t)omp_get_thread_num() * p.C : nullptr;
+        const int64_t r = t / per_row, j0 = (t % per_row) * CHUNK, j1 = std::min(L, j0 + CHUNK);
+        int64_t idx[8] = {0}, rem = r, base = 0;
+        for (int d = last - 1; d >= 0; --d) {
+            idx[d] = rem % p.size[d];
+            rem /= p.size[d];
+            base += idx[d] * p.stride[d];
+        }
+        // the channel is constant along the row (or there is one channel): rc; else it is j
+        const bool row_channel = p.axis != last;
+        const int64_t rc = p.axis >= 0 && p.axis != last ? idx[p.axis] : 0;
+        __m256 vb = _mm256_setzero_ps();
+        for (int64_t j = j0; j < j1; j += 32) {
+            __m256i c0 = _mm256_set1_epi32((int)(uint32_t)r), c1 = _mm256_set1_epi32((int)(uint32_t)((uint64_t)r >> 32));
+            __m256i c2 = _mm256_add_epi32(_mm256_set1_epi32((int)(j >> 2)), lane), c3 = _mm256_setzero_si256();
+            philox8(c0, c1, c2, c3, keys);
+            // words[w] lane l = element 4l + w: transpose to memory order (4 x 8 -> 4 vectors of 8)
+            const __m256i a01 = _mm256_unpacklo_epi32(c0, c1), b01 = _mm256_unpacklo_epi32(c2, c3);
+            const __m256i a23 = _mm256_unpackhi_epi32(c0, c1), b23 = _mm256_unpackhi_epi32(c2, c3);
+            const __m256i e0 = _mm256_unpacklo_epi64(a01, b01), e1 = _mm256_unpackhi_epi64(a01, b01);
+            const __m256i e2 = _mm256_unpacklo_epi64(a23, b23), e3 = _mm256_unpackhi_epi64(a23, b23);
+            const __m256 u[4] = {uniform8(_mm256_permute2x128_si256(e0, e1, 0x20)),
+                                 uniform8(_mm256_permute2x128_si256(e2, e3, 0x20)),
+                                 uniform8(_mm256_permute2x128_si256(e0, e1, 0x31)),
+                                 uniform8(_mm256_permute2x128_si256(e2, e3, 0x31))};
+            for (int v = 0; v < 4; ++v) {
+                const int64_t jv = j + 8 * v;
+                if (jv >= j1) break;
+                const int64_t off = base + jv;
+                if (jv + 8 <= j1) {
+                    const __m256 a = load8<DT>(x, off);
+                    vb = _mm256_or_ps(vb, bad8(a));
+                    __m256 inv;
+                    if (!p.per_channel) inv = _mm256_set1_ps(p.inv[0]);
+                    else if (row_channel) inv = _mm256_set1_ps(p.inv[rc]);
+                    else inv = _mm256_loadu_ps(p.inv + jv);
+                    store8(q + off, codes_stochastic8(a, inv, u[v]));
+                    if (cnt) {
+                        if (row_channel) {
+                            const __m256 gt = _mm256_cmp_ps(abs8(a), _mm256_set1_ps(p.thresh[rc]), _CMP_GT_OQ);
+                            cnt[rc] += __builtin_popcount(_mm256_movemask_ps(gt));
+                        } else {
+                            const __m256i gt = _mm256_castps_si256(
+                                _mm256_cmp_ps(abs8(a), _mm256_loadu_ps(p.thresh + jv), _CMP_GT_OQ));
+                            __m256i* dst = reinterpret_cast<__m256i*>(cnt + jv);
+                            _mm256_storeu_si256(dst, _mm256_sub_epi32(_mm256_loadu_si256(dst), gt));
+                        }
+                    }
+                } else {
+                    alignas(32) float us[8];
+                    _mm256_store_ps(us, u[v]);
+                    for (int64_t l = 0; jv + l < j1; ++l) {
+                        const int64_t c = row_channel ? rc : jv + l;
+                        const float a = load1<DT>(x, off + l);
+                        bad |= nonfinite(a);
+                        q[off + l] = code_stochastic(a, p.per_channel ? p.inv[c] : p.inv[0], us[l]);
+                        if (cnt) cnt[c] += std::fabs(a) > p.thresh[c];
+                    }
+                }
+            }
+        }
+        bad |= _mm256_movemask_ps(vb) != 0;
+    }
+    return bad;
+}
+#endif
+
+template <int DT>
+static int quantize_impl(const void* x, int8_t* q, const Plan& p, int stochastic, int64_t n) {
+    if (!stochastic) return quantize_flat<DT>(x, q, p, n);
+#ifdef __AVX2__
+    const int last = p.ndim - 1;
+    int m = -1;  // the innermost dimension in memory (stride 1, more than one element)
+    for (int d = 0; d < p.ndim; ++d)
+        if (p.stride[d] == 1 && p.size[d] > 1) m = d;
+    if (m == last && p.size[last] >= 8) return quantize_stochastic_rows<DT>(x, q, p);
+    int64_t Rm = 1;  // the row coefficient of m must fit the 32-bit lane arithmetic
+    for (int d = m + 1; d < last; ++d) Rm *= p.size[d];
+    if (m >= 0 && m != last && p.size[m] >= 8 && Rm < (1LL << 31) && p.size[m] < (1LL << 31))
+        return quantize_stochastic_inner<DT>(x, q, p, m);
+#endif
+    return quantize_stochastic_scalar<DT>(x, q, p);
+}
+
+// ------------------------------------------------------------------------------------------------------
+// the dequantizing epilogue: out = acc * scale (per tensor, or per channel over memory (outer, C, inner)),
+// float32 (in place over acc allowed) or bfloat16 (round to nearest even, as torch's .to(bfloat16))
+
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static void dequantize_impl(const int32_t* acc, void* out, int out_bf16, int64_t outer, int64_t C, int64_t inner,
+                            const float* scale, int per_channel) {
+    const int64_t n = outer * C * inner;
+    const int64_t CH = 1 << 14;
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+    for (int64_t i0 = 0; i0 < n; i0 += CH) {
+        const int64_t i1 = std::min(n, i0 + CH);
+        int64_t i = i0;
+#ifdef __AVX2__
+        if (!per_channel || inner == 1 || inner >= 8) {
+            for (; i + 8 <= i1; i += 8) {
+                __m256 sv;
+                if (!per_channel) sv = _mm256_set1_ps(scale[0]);
+                else if (inner == 1) {
+                    const int64_t c = i % C;
+                    if (c + 8 > C) break;  // a vector that wraps around the channels: scalar from here
+                    sv = _mm256_loadu_ps(scale + c);
+                } else {
+                    const int64_t c = (i / inner) % C;
+                    if (((i + 7) / inner) % C != c) break;
+                    sv = _mm256_set1_ps(scale[c]);
+                }
+                const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i))), sv);
+                if (!out_bf16) {
+                    _mm256_storeu_ps(static_cast<float*>(out) + i, v);
+                } else {
+                    alignas(32) float t[8];
+                    _mm256_store_ps(t, v);
+                    for (int l = 0; l < 8; ++l) static_cast<uint16_t*>(out)[i + l] = f32_to_bf16(t[l]);
+                }
+            }
+        }
+#endif
+        for (; i < i1; ++i) {
+            const float sc = per_channel ? scale[(i / inner) % C] : scale[0];
+            const float v = (float)acc[i] * sc;
+            if (!out_bf16) static_cast<float*>(out)[i] = v;
+            else static_cast<uint16_t*>(out)[i] = f32_to_bf16(v);
+        }
+    }
+}
+
+}  // namespace rq
+
+using namespace rq;
+
+#define RQ_DISPATCH(dt, fn, ...)                                  \
+    switch (dt) {                                                 \
+        case F32: return fn<F32>(__VA_ARGS__);                    \
+        case BF16: return fn<BF16>(__VA_ARGS__);                  \
+        default: return fn<F16>(__VA_ARGS__);                     \
+    }
+
+extern "C" {
+
+int rq_absmax(const void* x, int dt, int64_t n, float* out) { RQ_DISPATCH(dt, absmax_impl, x, n, out) }
+
+int rq_channel_stats(const void* x, int dt, int64_t outer, int64_t C, int64_t inner, float* amax, double* sum,
+                     double* sumsq) {
+    RQ_DISPATCH(dt, channel_stats_impl, x, outer, C, inner, amax, sum, sumsq)
+}
+
+void rq_dequantize(const int32_t* acc, void* out, int out_bf16, int64_t outer, int64_t C, int64_t inner,
+                   const float* scale, int per_channel) {
+    dequantize_impl(acc, out, out_bf16, outer, C, inner, scale, per_channel);
+}
+
+// scale: one value (axis < 0 or per_channel == 0) or one per channel along `axis`; thresh (nullable):
+// count[c] = #{|x| > thresh[c]} along `axis`.
+int rq_quantize(const void* x, int dt, int8_t* q, int ndim, const int64_t* size, const int64_t* stride,
+                const float* scale, int axis, int per_channel, int stochastic, uint32_t k0, uint32_t k1,
+                const float* thresh, int64_t* count) {
+    Plan p{};
+    p.ndim = ndim > 0 ? ndim : 1;
+    int64_t n = 1;
+    for (int d = 0; d < p.ndim; ++d) {
+        p.size[d] = ndim > 0 ? size[d] : 1;
+        p.stride[d] = ndim > 0 ? stride[d] : 1;
+        n *= p.size[d];
+    }
+    if (n == 0) return 0;
+    p.axis = axis;
+    p.per_channel = per_channel;
+    p.C = axis >= 0 ? p.size[axis] : 1;
+    std::vector<float> inv(per_channel ? p.C : 1);
+    for (size_t c = 0; c < inv.size(); ++c) inv[c] = inv_scale(scale[c]);
+    p.inv = inv.data();
+    p.thresh = thresh;
+    std::vector<uint32_t> counts(thresh ? (size_t)omp_get_max_threads() * p.C : 0, 0u);
+    p.count = thresh ? counts.data() : nullptr;
+    p.k0 = k0;
+    p.k1 = k1;
+    int bad;
+    switch (dt) {
+        case F32: bad = quantize_impl<F32>(x, q, p, stochastic, n); break;
+        case BF16: bad = quantize_impl<BF16>(x, q, p, stochastic, n); break;
+        default: bad = quantize_impl<F16>(x, q, p, stochastic, n);
+    }
+    if (thresh) {
+        const int nt = omp_get_max_threads();
+        for (int64_t c = 0; c < p.C; ++c) {
+            int64_t s = 0;
+            for (int t = 0; t < nt; ++t) s += counts[(size_t)t * p.C + c];
+            count[c] = s;
+        }
+    }
+    return bad;
+}
+
+}  // extern "C"

@@ -1,0 +1,239 @@
+"""The CPU backend's native code (kernels/native): the fused quantizer against the reference semantics and
+the shared Philox stream, the dequantizing epilogue, and the exact int8 GEMM; the one backend interface."""
+
+from __future__ import annotations
+
+import numpy as np
+import philox_mirror
+import pytest
+import torch
+
+import kernels
+from kernels import backend, cpu, cpu_quantize, native, reference
+from kernels.errors import NonFiniteError
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="no C++ compiler: the torch fallback runs")
+
+LAYOUTS = {
+    "nchw": lambda t: t,
+    "channels-last": lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t,
+    "channels-last-3d": lambda t: t.contiguous(memory_format=torch.channels_last_3d) if t.dim() == 5 else t,
+    "transposed": lambda t: t.t().contiguous().t() if t.dim() == 2 else t,
+}
+SHAPES = [
+    (37,),
+    (),
+    (4, 9),
+    (300, 2),
+    (33, 1000),
+    (2, 5, 4, 3),
+    (4, 16, 9, 11),
+    (3, 24, 7, 7),
+    (2, 12, 3, 5, 6),
+]
+
+
+def reference_codes(x, s, axis, u=None):
+    """repro.quant's semantics in plain torch ops: inv = 127 / s (torch: s.reciprocal() * 127)."""
+    s = torch.as_tensor(s, dtype=torch.float32)
+    if axis is not None:
+        s = s.reshape([-1 if d == axis % x.dim() else 1 for d in range(x.dim())])
+    inv = torch.where(s > 0, 127 / s.clamp_min(torch.finfo(torch.float32).tiny), torch.zeros_like(s))
+    v = (x.float() * inv).clamp_(-127, 127)
+    v = v.round_() if u is None else v.add_(u).floor_().clamp_(-127, 127)
+    return v.to(torch.int8)
+
+
+def reference_absmax(x, axis):
+    if axis is None:
+        return x.float().abs().amax()
+    dims = [d for d in range(x.dim()) if d != axis]
+    return x.float().abs().amax(dim=dims) if dims else x.float().abs()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_quantize_matches_the_reference_and_the_shared_stream(shape, layout, dtype):
+    gen = torch.Generator().manual_seed(len(shape))
+    x = torch.randn(shape, generator=gen) * 3
+    if x.numel() > 2:
+        x.view(-1)[1] = 0.0
+    x = LAYOUTS[layout](x.to(dtype))
+    for axis in [None, *range(x.dim())]:
+        s = cpu.absmax(x, axis)
+        assert torch.equal(s, reference_absmax(x, axis))
+        q = cpu.quantize(x, s, axis)
+        assert q.dtype == torch.int8 and q.shape == x.shape and (q.stride() == x.stride() or q.dim() < 2)
+        assert torch.equal(q, reference_codes(x, s, axis)), f"nearest, axis {axis}"
+        qs = cpu.quantize(x, s * 0.5, axis, "stochastic", generator=torch.Generator().manual_seed(9))
+        k0, k1 = kernels.rng.next_key(torch.Generator().manual_seed(9))
+        u = torch.from_numpy(philox_mirror.uniforms(shape, k0, k1)).reshape(shape)
+        assert torch.equal(qs, reference_codes(x, s * 0.5, axis, u)), f"stochastic, axis {axis}"
+
+
+def test_nearest_ties_round_half_to_even_and_the_reciprocal_rounding():
+    x = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -126.5, 200.0, -200.0])
+    assert cpu.quantize(x, 127.0).tolist() == [0, 2, 2, 0, -2, -2, 126, -126, 127, -127]
+    # 127 / s evaluated as s.reciprocal() * 127 (two roundings): x * inv lands just below -63.5 here
+    x = torch.tensor([-1.8671875], dtype=torch.bfloat16)
+    assert cpu.quantize(x, torch.tensor(3.734375)).item() == int(reference_codes(x, 3.734375, None))
+
+
+def test_stochastic_rounding_is_unbiased_on_both_vector_paths():
+    for make in (lambda t: t, lambda t: t.contiguous(memory_format=torch.channels_last)):
+        x = make(torch.rand(4, 16, 8, 8) * 2 - 1)
+        v = x * 127
+        draws = torch.stack([cpu.quantize(x, 1.0, rounding="stochastic").float() for _ in range(400)])
+        assert ((draws == v.floor()) | (draws == v.ceil())).all()
+        assert (draws.mean(0) - v).abs().max() < 0.1  # std of a mean of 400 draws <= 0.025
+
+
+def test_statistics_and_counts():
+    gen = torch.Generator().manual_seed(1)
+    for make in LAYOUTS.values():
+        x = make(torch.randn(6, 24, 7, 5, generator=gen) * 2 + 0.4)
+        flat = x.movedim(1, 0).reshape(24, -1)
+        amax, sigma = cpu.channel_stats(x, 1)
+        assert torch.equal(amax, flat.abs().amax(1))
+        torch.testing.assert_close(sigma, flat.std(1, correction=0), rtol=1e-5, atol=0)
+        amax0, sigma0 = cpu.channel_stats(x, None)
+        assert amax0.shape == () and torch.equal(amax0, x.abs().max())
+        torch.testing.assert_close(sigma0, x.std(correction=0), rtol=1e-5, atol=0)
+        for rounding in ("nearest", "stochastic"):
+            _, counts = cpu.quantize(x, amax.max(), None, rounding, above=(1, sigma))
+            assert torch.equal(counts, (flat.abs() > sigma[:, None]).sum(1))
+            _, count = cpu.quantize(x, amax.max(), None, rounding, above=(None, sigma0))
+            assert count.tolist() == [int((x.abs() > sigma0).sum())]
+
+
+def test_dequantize_epilogue():
+    gen = torch.Generator().manual_seed(2)
+    acc = torch.randint(-(2**24), 2**24, (3, 20, 4, 5), generator=gen, dtype=torch.int32)
+    scale = torch.rand(20, generator=gen) + 0.01
+    for make in LAYOUTS.values():
+        a = make(acc)
+        for dtype in (torch.float32, torch.bfloat16):
+            for axis, s in ((None, scale[0]), (1, scale)):
+                want = (a.float() * (s if axis is None else s.reshape(1, -1, 1, 1))).to(dtype)
+                got = cpu.dequantize(a.clone(), s, axis, dtype)
+                assert got.dtype == dtype and got.stride() == a.stride() and torch.equal(got, want)
+    owned = acc.clone()
+    out = cpu.dequantize(owned, 0.5, inplace=True)
+    assert out.data_ptr() == owned.data_ptr() and torch.equal(out, acc.float() * 0.5)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_raises_at_once(bad):
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(2, 8, 5, 5).to(dtype).contiguous(memory_format=torch.channels_last)
+        x[1, 3, 2, 2] = bad
+        for call in (
+            lambda x=x: cpu.absmax(x),
+            lambda x=x: cpu.absmax(x, 1),
+            lambda x=x: cpu.channel_stats(x, 1),
+            lambda x=x: cpu.quantize(x, 1.0),
+            lambda x=x: cpu.quantize(x, 1.0, rounding="stochastic"),
+        ):
+            with pytest.raises(NonFiniteError):
+                call()
+    with pytest.raises(NonFiniteError):
+        cpu.quantize(torch.ones(3), float("nan"))
+
+
+def test_torch_fallback_has_the_same_nearest_codes(monkeypatch):
+    x = torch.randn(4, 16, 6, 6).contiguous(memory_format=torch.channels_last)
+    want = cpu.quantize(x, cpu.absmax(x, 1), 1)
+    monkeypatch.setattr(native, "library", lambda: None)
+    assert torch.equal(cpu_quantize.quantize(x, cpu_quantize.absmax(x, 1), 1), want)
+
+
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 1, 1), (7, 3, 5), (13, 33, 17), (50, 513, 40), (130, 1025, 200), (9, 5000, 7)]
+)
+def test_native_gemm_is_exact_for_every_operand_layout(m, k, n):
+    gen = torch.Generator().manual_seed(m + k + n)
+    a = torch.randint(-127, 128, (m, k), generator=gen, dtype=torch.int8)
+    b = torch.randint(-127, 128, (k, n), generator=gen, dtype=torch.int8)
+    a[0] = 127
+    b[:, 0] = -127
+    want = (a.long() @ b.long()).to(torch.int32)
+    for aa in (a, a.t().contiguous().t()):
+        for bb in (b, b.t().contiguous().t()):
+            assert torch.equal(native.gemm(aa, bb), want)
+
+
+def test_native_gemm_splits_a_long_reduction_exactly():
+    """K = 40,000 with a small output: the threads take ranges of K and add their int32 partial sums."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(-127, 128, (24, 40_000), generator=gen, dtype=torch.int8)
+    b = torch.randint(-127, 128, (40_000, 16), generator=gen, dtype=torch.int8)
+    want = (a.long() @ b.long()).to(torch.int32)
+    assert torch.equal(native.gemm(a, b), want)
+    assert torch.equal(native.gemm(a.t().contiguous().t(), b), want)
+
+
+def test_cpu_route_without_vnni(monkeypatch):
+    """Where torch's int8 kernels are scalar loops (no VNNI), the native GEMM serves every product."""
+    monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+    cpu.torch_int8_fast.cache_clear()
+    try:
+        assert not cpu.torch_int8_fast() and not cpu._onednn_exact.__wrapped__()
+        gen = torch.Generator().manual_seed(5)
+        x = torch.randint(-127, 128, (2, 8, 9, 9), generator=gen, dtype=torch.int8)
+        w = torch.randint(-127, 128, (6, 8, 3, 3), generator=gen, dtype=torch.int8)
+        assert torch.equal(cpu.conv_forward(x, w, 2, 1), reference.conv_forward(x, w, 2, 1))
+    finally:
+        cpu.torch_int8_fast.cache_clear()
+
+
+@pytest.mark.parametrize("module", ["cpu", "cuda", "reference_products"])
+def test_every_backend_implements_the_interface(module):
+    if module == "reference_products":
+        products = [n for n in backend.REQUIRED if n.startswith(("conv", "linear"))]
+        assert all(callable(getattr(reference, n)) for n in products)
+        return
+    import importlib
+
+    assert backend.missing(importlib.import_module(f"kernels.{module}")) == []
+
+
+def test_kernels_import_nothing_from_the_floors_above():
+    import ast
+    import pathlib
+
+    root = pathlib.Path(kernels.__file__).parent
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            assert not any(n.split(".")[0] in ("repro", "tasks", "tables") for n in names), path
+
+
+def test_philox_mirror_of_the_tests_is_the_shared_stream():
+    """The mirror's first words equal a direct Philox call (the element -> counter mapping)."""
+    u = philox_mirror.uniforms((2, 5), 7, 11)
+    w = philox_mirror.philox4x32_10([1, 0, 1, 0], [7, 11])  # row 1, columns 4..7
+    assert u[1, 4] == np.float32((w[0] >> 8) * 2.0**-24)
+
+
+@pytest.mark.parametrize("c", [16, 40])  # the 16-channel vectors and a scalar tail
+@pytest.mark.parametrize("k,s,p,d", [(3, 1, 1, 1), (3, 2, 1, 1), (5, 2, 2, 1), (3, 1, 2, 2), (3, 2, 0, 1)])
+def test_native_depthwise_is_exact(monkeypatch, c, k, s, p, d):
+    monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+    cpu.torch_int8_fast.cache_clear()
+    try:
+        gen = torch.Generator().manual_seed(c + k + s + p + d)
+        x = torch.randint(-127, 128, (3, c, 11, 9), generator=gen, dtype=torch.int8)
+        w = torch.randint(-127, 128, (c, 1, k, k), generator=gen, dtype=torch.int8)
+        y = reference.conv_forward(x, w, s, p, d, c)
+        g = torch.randint(-127, 128, y.shape, generator=gen, dtype=torch.int8)
+        for xx in (x, x.contiguous(memory_format=torch.channels_last)):
+            assert torch.equal(cpu.conv_forward(xx, w, s, p, d, c), y)
+            want = reference.conv_input_grad(g, w, x.shape, s, p, d, c)
+            assert torch.equal(cpu.conv_input_grad(g, w, x.shape, s, p, d, c), want)
+            want = reference.conv_weight_grad(x, g, w.shape, s, p, d, c)
+            assert torch.equal(cpu.conv_weight_grad(xx, g, w.shape, s, p, d, c), want)
+    finally:
+        cpu.torch_int8_fast.cache_clear()
