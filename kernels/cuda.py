@@ -356,12 +356,24 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, row_scale=None, col_scale=None, al
     return cf
 
 
+def library_gemm() -> bool:
+    """Ungrouped products on cuBLASLt (kernels.cuda_blas), the fastest measured; REPRO_CUDA_GEMM=kernels
+    keeps them on this project's own GEMM kernels (tests, comparisons)."""
+    return os.environ.get("REPRO_CUDA_GEMM", "library") != "kernels"
+
+
+def _blas():
+    from kernels import cuda_blas  # imports this module: loaded on first use
+
+    return cuda_blas
+
+
 def linear_forward(xq, wq) -> torch.Tensor:
     """x (M, K) @ w (N, K)^T -> (M, N) int32."""
     _check_linear(xq, wq, "linear_forward")
     if xq.shape[1] != wq.shape[1]:
         raise ValueError(f"linear_forward: K differs, {tuple(xq.shape)} and {tuple(wq.shape)}")
-    return gemm(xq, wq)
+    return _blas().linear_forward(xq, wq) if library_gemm() else gemm(xq, wq)
 
 
 def linear_input_grad(gq, wq) -> torch.Tensor:
@@ -369,7 +381,7 @@ def linear_input_grad(gq, wq) -> torch.Tensor:
     _check_linear(gq, wq, "linear_input_grad")
     if gq.shape[1] != wq.shape[0]:
         raise ValueError(f"linear_input_grad: N differs, {tuple(gq.shape)} and {tuple(wq.shape)}")
-    return gemm(gq, wq.t())
+    return _blas().linear_input_grad(gq, wq) if library_gemm() else gemm(gq, wq.t())
 
 
 def linear_weight_grad(xq, gq) -> torch.Tensor:
@@ -377,7 +389,7 @@ def linear_weight_grad(xq, gq) -> torch.Tensor:
     _check_linear(xq, gq, "linear_weight_grad")
     if gq.shape[0] != xq.shape[0]:
         raise ValueError(f"linear_weight_grad: M differs, {tuple(xq.shape)} and {tuple(gq.shape)}")
-    return gemm(gq.t(), xq.t())
+    return _blas().linear_weight_grad(xq, gq) if library_gemm() else gemm(gq.t(), xq.t())
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -462,10 +474,17 @@ def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1) -> torch.Ten
     """y = conv(x, w) exactly (torch.nn.functional.conv{1,2,3}d semantics), int32 (N, Cout, *out)."""
     _check(xq, wq)
     geo = ConvGeometry.of(xq.shape, wq.shape, stride, padding, dilation, groups)
+    _check_int32_size(geo.kg, geo.positions, geo.cin * math.prod(geo.spatial))
+    if groups == 1 and library_gemm():
+        return _blas().conv_forward(xq, wq, geo)
+    return _kernel_conv_forward(xq, wq, geo)
+
+
+def _kernel_conv_forward(xq, wq, geo: ConvGeometry) -> torch.Tensor:
+    """The forward convolution on this project's kernels: im2col + GEMM, groups as a batch dimension."""
     nd = xq.dim() - 2
     x, w = xq.contiguous(), wq.contiguous()
     g_, P, kg, cg = geo.groups, geo.positions, geo.kg, geo.cout_g
-    _check_int32_size(kg, P, geo.cin * math.prod(geo.spatial))
     y = torch.zeros((geo.n, geo.cout, *geo.out[3 - nd :]), dtype=torch.int32, device=xq.device)
     chunk = geo.chunk(g_ * P * kg)
     for n0 in range(0, geo.n, chunk):
@@ -489,8 +508,14 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
     want = (geo.n, geo.cout, *geo.out[3 - nd :])
     if tuple(gq.shape) != want:
         raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {want}")
+    _check_int32_size(geo.kg, geo.positions, geo.cin * math.prod(geo.spatial))
+    if groups == 1 and library_gemm():
+        return _blas().conv_input_grad(gq, wq, input_shape, geo)
+    return _kernel_conv_input_grad(gq, wq, input_shape, geo)
+
+
+def _kernel_conv_input_grad(gq, wq, input_shape, geo: ConvGeometry) -> torch.Tensor:
     g_, P, kg, cg = geo.groups, geo.positions, geo.kg, geo.cout_g
-    _check_int32_size(kg, P, geo.cin * math.prod(geo.spatial))
     # A = W_g^T (kg, Cout/G) and B = g as (P, Cout) rows: both k(= output channel)-contiguous
     wt = wq.reshape(g_, cg, kg).transpose(1, 2).contiguous()
     gt = gq.reshape(geo.n, geo.cout, P).transpose(1, 2).contiguous()
@@ -517,8 +542,14 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
     want = (geo.n, geo.cout, *geo.out[3 - nd :])
     if tuple(gq.shape) != want:
         raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {want}")
+    _check_int32_size(geo.kg, geo.positions, geo.cin * math.prod(geo.spatial))
+    if groups == 1 and library_gemm():
+        return _blas().conv_weight_grad(xq, gq, weight_shape, geo)
+    return _kernel_conv_weight_grad(xq, gq, weight_shape, geo)
+
+
+def _kernel_conv_weight_grad(xq, gq, weight_shape, geo: ConvGeometry) -> torch.Tensor:
     g_, P, kg, cg = geo.groups, geo.positions, geo.kg, geo.cout_g
-    _check_int32_size(kg, P, geo.cin * math.prod(geo.spatial))
     x = xq.contiguous()
     dw = torch.zeros((geo.cout, kg), dtype=torch.int32, device=xq.device)
     chunk = geo.chunk(g_ * P * kg)

@@ -26,6 +26,7 @@ from repro.lr_scaling import LayerLrScaling, layer_lr_factors
 from repro.methods import build_method
 
 CHECKPOINT_KEY = "int8"
+LR_SCALE_LOG_INTERVAL = 10  # iterations between two logs of UI8's mean learning-rate factor
 
 
 @HOOKS.register_module()
@@ -71,6 +72,8 @@ class Int8TrainingHook(Hook):
         self.method.set_progress(runner.iter, runner.max_iters)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        if not (self.every_n_train_iters(runner, LR_SCALE_LOG_INTERVAL) or self.is_last_train_iter(runner)):
+            return  # reading the factors waits for the GPU
         factors = layer_lr_factors(self._model(runner))
         if factors and self.method.name == "ui8":
             runner.message_hub.update_scalar("train/int8_lr_scale", sum(factors.values()) / len(factors))

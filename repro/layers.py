@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import kernels
+from kernels.errors import clear_nonfinite
 from repro.methods import LayerQuantizer, Method, build_method
 from repro.quant import QMAX
 
@@ -302,6 +303,10 @@ def quantize_model(
         if isinstance(module, Int8Conv):
             module.channels_last_out = channels_last_out
     swap_modules(model, method)
+    if not hasattr(model, "_int8_flags_hook"):
+        # a GPU quantizer's NaN/Inf flag covers one iteration: cleared as a forward pass starts (a
+        # mixed-precision step that GradScaler skipped leaves it set, and is no divergence)
+        model._int8_flags_hook = model.register_forward_pre_hook(lambda *_: clear_nonfinite())
     return model
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from kernels.errors import raise_if_nonfinite
 from repro.layers import quantized_layers
 
 
@@ -34,10 +35,13 @@ class LayerLrScaling:
         ]
 
     def before_step(self) -> None:
+        # once per iteration, before the weights change: a NaN or Inf a GPU quantizer met in this
+        # iteration's backward pass ends the run as diverged (kernels.errors)
+        raise_if_nonfinite()
         self._saved = []
         for layer in quantized_layers(self.model).values():
-            phi = layer.int8.lr_scale()
-            if phi != 1.0:
+            phi = layer.int8.lr_scale_tensor()
+            if phi is not None:
                 for p in layer.parameters(recurse=False):
                     if p.requires_grad:
                         self._saved.append((p, p.detach().clone(), phi))
@@ -45,7 +49,7 @@ class LayerLrScaling:
     @torch.no_grad()
     def after_step(self) -> None:
         for p, before, phi in self._saved:  # p <- before + phi * (p - before)
-            p.copy_(before.lerp_(p, phi))
+            p.copy_(before.lerp_(p, phi.to(device=p.device, dtype=p.dtype)))
         self._saved = []
 
     def remove(self) -> None:

@@ -27,7 +27,7 @@ import torch
 from test_backend import CIN, CPU_GRID, assert_same, both, conv_case, rand_i8
 
 import kernels
-from kernels import cuda, cuda_quantize, errors, reference
+from kernels import cuda, cuda_blas, cuda_quantize, errors, reference
 from repro import quant
 
 NO_GPU = (
@@ -214,10 +214,24 @@ def _use_harness(harness, monkeypatch, gemm: str):
     return harness
 
 
-@pytest.fixture(params=["gemm_imma", "gemm_dp4a"])
+def checked_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """torch._int_mm as CUDA runs it: the shapes cuBLASLt accepts (M > 16, K and N multiples of 8), exact."""
+    assert a.dtype == b.dtype == torch.int8 and a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0]
+    assert a.shape[0] > 16 and a.shape[1] % 8 == 0 and b.shape[1] % 8 == 0, (tuple(a.shape), tuple(b.shape))
+    return (a.long() @ b.long()).to(torch.int32)
+
+
+@pytest.fixture(params=["library", "gemm_imma", "gemm_dp4a"])
 def on_cpu(request, harness, monkeypatch):
-    """kernels.cuda with its launches going to the CPU harness, CPU tensors accepted, and the GEMM
-    of an sm_80+ (IMMA) or an sm_75 (dp4a) device."""
+    """kernels.cuda with its launches going to the CPU harness, CPU tensors accepted, and the products of
+    the library route (cuBLASLt's torch._int_mm, its shape rules checked; grouped convolutions on the
+    IMMA kernel) or of this project's GEMM of an sm_80+ (IMMA) or an sm_75 (dp4a) device."""
+    harness.route = request.param
+    if request.param == "library":
+        monkeypatch.delenv("REPRO_CUDA_GEMM", raising=False)
+        monkeypatch.setattr(cuda_blas, "_int_mm", checked_int_mm)
+        return _use_harness(harness, monkeypatch, "gemm_imma")
+    monkeypatch.setenv("REPRO_CUDA_GEMM", "kernels")
     return _use_harness(harness, monkeypatch, request.param)
 
 
@@ -249,7 +263,8 @@ def test_harness_conv_matches_reference(on_cpu, nd, k, s, p, d, groups, n):
     for what, a, b in zip(("forward", "input grad", "weight grad"), got, want, strict=True):
         assert_same(a, b, what)
     gemm = {launch[1] for launch in on_cpu.launches if launch[0].startswith("gemm")}
-    assert gemm == {cuda._gemm_module(None)}
+    library = on_cpu.route == "library" and groups == 1  # cuBLASLt's GEMM, no kernel of ours
+    assert gemm == (set() if library else {cuda._gemm_module(None)})
 
 
 def test_harness_conv_batch_chunks_and_wide_channels(on_cpu, monkeypatch):
@@ -319,6 +334,28 @@ def test_harness_gemm_epilogue(on_cpu):
     assert got.dtype == torch.float32 and torch.equal(got, want)
     assert torch.equal(cuda.gemm(a, b, row_scale=rs), acc.float() * 1.0 * rs[:, None])
     assert_same(cuda.gemm(a, b), acc)
+
+
+@pytest.mark.parametrize("k,s,p", [(1, 1, 0), (1, 2, 0), (3, 1, 1), (3, 2, 1)])
+def test_harness_library_route_splits_long_reductions(on_cpu, monkeypatch, k, s, p):
+    """The weight gradient's reduction over N * positions in chunks of SPLIT_K (here 64): int32 partial
+    sums added; 1x1 convolutions as plain GEMMs of the channels-last rows, strided ones subsampled."""
+    if on_cpu.route != "library":
+        pytest.skip("the library route's planning")
+    monkeypatch.setattr(cuda_blas, "SPLIT_K", 64)
+    gen = torch.Generator().manual_seed(k * 10 + s)
+    x = rand_i8((3, 16, 9, 10), gen).contiguous(memory_format=torch.channels_last)
+    w = rand_i8((24, 16, k, k), gen)
+    g = rand_i8(reference.conv_forward(x, w, s, p).shape, gen).contiguous(memory_format=torch.channels_last)
+    assert_same(cuda.conv_forward(x, w, s, p), reference.conv_forward(x, w, s, p), "forward")
+    assert_same(
+        cuda.conv_input_grad(g, w, x.shape, s, p), reference.conv_input_grad(g, w, x.shape, s, p), "dx"
+    )
+    assert_same(
+        cuda.conv_weight_grad(x, g, w.shape, s, p), reference.conv_weight_grad(x, g, w.shape, s, p), "dw"
+    )
+    xl, gl = rand_i8((200, 24), gen), rand_i8((200, 8), gen)
+    assert_same(cuda.linear_weight_grad(xl, gl), reference.linear_weight_grad(xl, gl), "linear dw")
 
 
 QUANT_CASES = [
@@ -461,13 +498,19 @@ def test_group_plan_walks_memory_order():
 
 def _gpu_gemms():
     if not torch.cuda.is_available():
-        return ["gemm_imma", "gemm_dp4a"]
+        return ["library", "gemm_imma", "gemm_dp4a"]
     cc = cuda._device_cc(0)
-    return [m for m in ("gemm_imma", "gemm_dp4a") if cc >= cuda.MODULES[m].min_arch]
+    return ["library"] + [m for m in ("gemm_imma", "gemm_dp4a") if cc >= cuda.MODULES[m].min_arch]
 
 
 @pytest.fixture(params=_gpu_gemms())
 def gpu_gemm(request, monkeypatch):
+    """The library route (cuBLASLt's torch._int_mm; grouped convolutions on our kernels), or every
+    product on one of our GEMM kernels."""
+    if request.param == "library":
+        monkeypatch.delenv("REPRO_CUDA_GEMM", raising=False)
+        return request.param
+    monkeypatch.setenv("REPRO_CUDA_GEMM", "kernels")
     monkeypatch.setattr(cuda, "_gemm_module", lambda device: request.param)
     return request.param
 

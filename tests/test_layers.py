@@ -170,3 +170,70 @@ def test_conv_output_and_input_gradient_take_the_input_layout(dims, layout):
     y_cl, gx_cl = results[True]
     assert y_cl.is_contiguous(memory_format=cl)  # (input gradients: as the backend's routes leave them)
     assert torch.equal(y, y_cl) and torch.equal(gx, gx_cl)  # the same numbers either way
+
+
+def _small_net(device="cpu") -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 32, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(32, 10), nn.Linear(10, 5),
+    ).to(device)  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["gq", "daiq", "ui8"])
+def test_int8_layers_take_and_return_the_autocast_dtype(method):
+    """Under torch.autocast (bf16 on the CPU) the int8 layers return bf16, as torch's own convolutions
+    would, so the rest of the network runs as a bf16 user's does; gradients keep the inputs' dtypes."""
+    torch.manual_seed(0)
+    model = quantize_model(_small_net(), method, skip=("first",))
+    seen = {}
+
+    def record(module, inputs, out):
+        seen[module] = out.dtype
+
+    for m in model.modules():
+        if isinstance(m, Int8Layer):
+            m.register_forward_hook(record)
+    x = torch.randn(4, 3, 12, 12, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(x).float().square().mean()
+    loss.backward()
+    assert seen and set(seen.values()) == {torch.bfloat16}
+    assert x.grad is not None and x.grad.dtype == torch.float32 and torch.isfinite(x.grad).all()
+    for p in model.parameters():
+        assert p.grad is not None and p.grad.dtype == torch.float32 and torch.isfinite(p.grad).all()
+    # the same step without autocast stays float32 throughout
+    seen.clear()
+    model(x).sum().backward()
+    assert set(seen.values()) == {torch.float32}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: runs where there is one")
+@pytest.mark.parametrize("method", ["gq", "daiq", "ui8"])
+def test_gpu_training_step_waits_for_the_device_only_at_the_optimizer_step(method):
+    """No host synchronisation inside forward and backward (torch's sync debug mode raises on one); the
+    non-finite flag is read once, before the optimizer step (repro.lr_scaling)."""
+    from repro import LayerLrScaling
+
+    torch.manual_seed(0)
+    model = (
+        quantize_model(_small_net("cuda").to(memory_format=torch.channels_last), method, period=1)
+        if (method == "ui8")
+        else quantize_model(_small_net("cuda").to(memory_format=torch.channels_last), method)
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    LayerLrScaling(model, opt)
+    x = torch.randn(8, 3, 16, 16, device="cuda").contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 5, (8,), device="cuda")
+    for _ in range(3):
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        opt.step()
+    assert torch.isfinite(loss)

@@ -111,7 +111,7 @@ def test_layer_lr_scaling_equals_per_layer_learning_rates():
     layers = list(quantized_layers(scaled).values())
     phis = [1.0, 0.5, 0.2, 0.8]
     for layer, phi in zip(layers, phis, strict=True):
-        layer.int8.lr_scale = lambda phi=phi: phi
+        layer.int8.lr_scale_tensor = lambda phi=phi: torch.tensor(phi)
     opt = torch.optim.SGD(scaled.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
     LayerLrScaling(scaled, opt)
 

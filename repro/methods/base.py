@@ -66,6 +66,11 @@ class LayerQuantizer:
         """Factor on this layer's learning rate (UI8's phi(d_c)); 1 for methods without one."""
         return 1.0
 
+    def lr_scale_tensor(self) -> torch.Tensor | None:
+        """The same factor as a 0-d tensor on the layer's device (no host synchronisation), or None for
+        methods that scale no learning rate (repro.lr_scaling applies it at every optimizer step)."""
+        return None
+
     # Method state travels with checkpoints; tensors are stored on the CPU.
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step}

@@ -2,9 +2,10 @@
 
 - Direction Sensitive Gradient Clipping: G is quantized per tensor with a clip value c in (0, max|G|]
   chosen to minimise d_c = 1 - cos(G, G_hat(c)) (eq. 7). The paper learns c by gradient descent; we
-  run a bounded 1-D search on log c (coarse grid, then golden section), the equivalent METHODS.md
-  accepts. d_c is evaluated with nearest rounding: the stochastic quantizer's expectation is the
-  clipped G, which would hide the rounding error the clip value trades against.
+  run a bounded 1-D search on log c (a coarse grid, then finer grids around the best point, on the
+  gradient's device without waiting for it), the equivalent METHODS.md accepts. d_c is evaluated with
+  nearest rounding: the stochastic quantizer's expectation is the clipped G, which would hide the
+  rounding error the clip value trades against.
 - Periodic Update: c and d_c are re-optimised every `period` backward passes (Table 2, Table 5) and
   reused in between as absolute values.
 - Deviation Counteractive Learning Rate Scaling: phi(d_c) = max(exp(-alpha d_c), beta) (eq. 8) scales
@@ -20,65 +21,76 @@ from typing import Any
 
 import torch
 
+import kernels
 from repro.methods import register
-from repro.methods.base import GradCodes, LayerQuantizer, Method, stochastic
-from repro.quant import QMAX, absmax
+from repro.methods.base import GradCodes, LayerQuantizer, Method
+from repro.quant import QMAX
 
-GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+# the clip search: log-spaced grids over c / max|g| in [2^-10, 1], each next grid spanning the best
+# point's neighbours of the last (final spacing 10 / 15 / 3.5^3 = 1/64 in log2 c, 1.1% in c)
+LOW_RATIO = 2.0**-10
+GRIDS = (16, 8, 8, 8)
+
+
+def _unit_distances(u: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
+    """d_c of u = g / max|g| for every clip ratio c / max|g| in `ratios`, as a tensor on u's device. The
+    cosine does not depend on the scale of g, and unit-max entries keep the norms exact: float32 squares
+    of a tiny gradient's entries (|g| < 1e-19) underflow, the norm came out too small and d_c hugely
+    negative (measured on RetinaNet's head: phi overflowed). No host synchronisation."""
+    u_norm = u.norm()
+    out = []
+    for r in ratios:
+        g_hat = (u * (QMAX / r)).clamp_(-QMAX, QMAX).round_()  # the 1/127 scale does not change the cosine
+        denom = u_norm * g_hat.norm()
+        cos = torch.where(
+            denom > 0, (u * g_hat).sum() / denom.clamp_min(torch.finfo(torch.float32).tiny), 0.0
+        )
+        out.append((1.0 - cos).clamp(0.0, 2.0))
+    return torch.stack(out)
+
+
+def _unit(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    g = g.detach().float().reshape(-1)
+    top = g.abs().amax() if g.numel() else torch.zeros((), device=g.device)
+    return g / torch.where(top > 0, top, torch.ones_like(top)), top
+
+
+def cosine_distance_tensor(g: torch.Tensor, c: torch.Tensor | float) -> torch.Tensor:
+    """d_c = 1 - cos(g, q(g; c) c / 127) with nearest rounding (UI8 eq. 7), in [0, 2], on g's device;
+    1 for c <= 0 or g = 0."""
+    u, top = _unit(g)
+    c = torch.as_tensor(c, dtype=torch.float32, device=u.device)
+    ratio = torch.where(top > 0, c / torch.where(top > 0, top, torch.ones_like(top)), torch.zeros_like(top))
+    d = _unit_distances(u, ratio.reshape(1).clamp_min(torch.finfo(torch.float32).tiny))[0]
+    return torch.where((c > 0) & (top > 0), d, torch.ones_like(d))
 
 
 def cosine_distance(g: torch.Tensor, c: float) -> float:
-    """d_c = 1 - cos(g, q(g; c) c / 127) with nearest rounding (UI8 eq. 7), in [0, 2]."""
-    top = float(g.abs().max()) if g.numel() else 0.0
-    if c <= 0 or top == 0.0:
-        return 1.0
-    return _unit_cosine_distance(g / top, c / top)
+    return float(cosine_distance_tensor(g, c))
 
 
-def _unit_cosine_distance(u: torch.Tensor, c: float) -> float:
-    """cosine_distance of u = g / max|g|. The cosine does not depend on the scale of g, and unit-max
-    entries keep u.norm() exact: float32 squares of a tiny gradient's entries (|g| < 1e-19) underflow,
-    the norm came out too small and d_c hugely negative (measured on RetinaNet's head: phi overflowed)."""
-    g_hat = (u * (QMAX / c)).clamp_(-QMAX, QMAX).round_()  # the 1/127 scale does not change the cosine
-    denom = u.norm() * g_hat.norm()
-    if float(denom) == 0.0:
-        return 1.0
-    return min(max(float(1.0 - (u * g_hat).sum() / denom), 0.0), 2.0)
+def search_clip_tensor(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The clip value c in [2^-10 max|g|, max|g|] minimising d_c, and that d_c, as tensors on g's device
+    (a bounded 1-D search on log c, the equivalent METHODS.md accepts; no host synchronisation)."""
+    u, top = _unit(g)
+    lo = torch.tensor(math.log(LOW_RATIO), device=u.device)
+    hi = torch.zeros((), device=u.device)
+    best_log, best_d = hi, None
+    for k in GRIDS:
+        logs = lo + (hi - lo) * torch.linspace(0.0, 1.0, k, device=u.device)
+        d = _unit_distances(u, logs.exp())
+        i = torch.argmin(d)
+        best_log, best_d = logs[i], d[i]
+        lo, hi = logs[(i - 1).clamp_min(0)], logs[(i + 1).clamp_max(k - 1)]
+    c = top * best_log.exp()
+    zero = top == 0
+    return torch.where(zero, torch.zeros_like(c), c), torch.where(zero, torch.zeros_like(best_d), best_d)
 
 
-def search_clip(
-    g: torch.Tensor, low_ratio: float = 2.0**-10, grid: int = 16, refine: int = 14
-) -> tuple[float, float]:
-    """The clip value c in [low_ratio max|g|, max|g|] minimising d_c, and that d_c."""
-    g = g.detach().float().reshape(-1)
-    top = float(g.abs().max())
-    if top == 0.0:
-        return 0.0, 0.0
-    u = g / top  # once, not per candidate (see _unit_cosine_distance)
-
-    def distance(log_c: float) -> float:
-        return _unit_cosine_distance(u, math.exp(log_c) / top)
-
-    lo_log, hi_log = math.log(top * low_ratio), math.log(top)
-    logs = [lo_log + (hi_log - lo_log) * i / (grid - 1) for i in range(grid)]
-    dists = [distance(v) for v in logs]
-    best = min(range(grid), key=dists.__getitem__)
-    # Golden-section refinement inside the bracket around the best grid point.
-    a, b = logs[max(best - 1, 0)], logs[min(best + 1, grid - 1)]
-    x1, x2 = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
-    f1, f2 = distance(x1), distance(x2)
-    for _ in range(refine):
-        if f1 <= f2:
-            b, x2, f2 = x2, x1, f1
-            x1 = b - GOLDEN * (b - a)
-            f1 = distance(x1)
-        else:
-            a, x1, f1 = x1, x2, f2
-            x2 = a + GOLDEN * (b - a)
-            f2 = distance(x2)
-    candidates = [(dists[best], logs[best]), (f1, x1), (f2, x2)]
-    d, log_c = min(candidates)
-    return math.exp(log_c), d
+def search_clip(g: torch.Tensor) -> tuple[float, float]:
+    """search_clip_tensor as floats (tests, figures)."""
+    c, d = search_clip_tensor(g)
+    return float(c), float(d)
 
 
 def lr_factor(d_c: float, alpha: float, beta: float) -> float:
@@ -87,34 +99,60 @@ def lr_factor(d_c: float, alpha: float, beta: float) -> float:
 
 
 class Ui8Quantizer(LayerQuantizer):
+    # c and d_c live on the gradient's device between searches (reading them waits for the device)
     def __init__(self, method: Method):
         super().__init__(method)
-        self.clip: float | None = None
-        self.d_c: float = 0.0
+        self._clip: torch.Tensor | None = None
+        self._d_c: torch.Tensor | None = None
         self.updates = 0  # how many times c was re-optimised
+
+    @property
+    def clip(self) -> float | None:
+        return None if self._clip is None else float(self._clip)
+
+    # set from a checkpoint or by hand: kept exactly (float64) until the next search
+    @clip.setter
+    def clip(self, value: float | None) -> None:
+        self._clip = None if value is None else torch.tensor(float(value), dtype=torch.float64)
+
+    @property
+    def d_c(self) -> float:
+        return 0.0 if self._d_c is None else float(self._d_c)
+
+    @d_c.setter
+    def d_c(self, value: float) -> None:
+        self._d_c = torch.tensor(float(value), dtype=torch.float64)
 
     def due(self) -> bool:
         return self.step % self.opts["period"] == 0
 
     def grad(self, g: torch.Tensor, channel_axis: int) -> GradCodes:
+        backend = kernels.get_backend(g.device)
         if self.opts["clip"]:
-            if self.clip is None or self.due():
-                self.clip, self.d_c = search_clip(g)
+            if self._clip is None or self.due():
+                self._clip, self._d_c = search_clip_tensor(g)
                 self.updates += 1
-            s = torch.tensor(self.clip, device=g.device)
+            self._clip = self._clip.to(device=g.device, dtype=torch.float32)
+            s = self._clip
         else:
-            s = absmax(g)
+            s = backend.absmax(g)
             if self.due():
-                self.d_c = cosine_distance(g.detach().float(), float(s))
+                self._d_c = cosine_distance_tensor(g, s)
                 self.updates += 1
         self.step += 1
-        q = stochastic(g, s)
+        q = backend.quantize(g, s, None, "stochastic")
         return GradCodes(q, s, q, s)
 
     def lr_scale(self) -> float:
         if not self.opts["lr_scaling"]:
             return 1.0
         return lr_factor(self.d_c, self.opts["alpha"], self.opts["beta"])
+
+    def lr_scale_tensor(self) -> torch.Tensor | None:
+        if not self.opts["lr_scaling"] or self._d_c is None:
+            return None
+        phi = torch.exp(-self.opts["alpha"] * self._d_c.clamp_min(0.0))
+        return phi.clamp_min(self.opts["beta"])
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "clip": self.clip, "d_c": self.d_c, "updates": self.updates}
