@@ -127,7 +127,7 @@ def conv_input_grad(gq, wq, input_shape, geo) -> torch.Tensor:
         window = (
             slice(None),
             slice(None),
-            *(slice(0, o * s, s) for o, s in zip(spatial_out, geo.s[3 - nd :])),
+            *(slice(0, o * s, s) for o, s in zip(spatial_out, geo.s[3 - nd :], strict=True)),
         )
         dx[window] = _from_rows(rows, geo.n, spatial_out)
         return dx
