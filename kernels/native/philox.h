@@ -79,6 +79,32 @@ static inline void philox8(__m256i& c0, __m256i& c1, __m256i& c2, __m256i& c3, c
     }
 }
 
+// two independent sets of 8 calls, their rounds interleaved: each round's multiplies wait for the last
+// round's, and a second chain fills those cycles (about 1.6x the rate of one chain, measured)
+static inline void philox8x2(__m256i& a0, __m256i& a1, __m256i& a2, __m256i& a3, __m256i& b0, __m256i& b1,
+                             __m256i& b2, __m256i& b3, const PhiloxKeys& key) {
+    const __m256i m0 = _mm256_set1_epi32((int)PHILOX_M0), m1 = _mm256_set1_epi32((int)PHILOX_M1);
+    for (int round = 0; round < 10; ++round) {
+        __m256i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
+        mul_hilo(a0, m0, ahi0, alo0);
+        mul_hilo(b0, m0, bhi0, blo0);
+        mul_hilo(a2, m1, ahi1, alo1);
+        mul_hilo(b2, m1, bhi1, blo1);
+        const __m256i an0 = _mm256_xor_si256(_mm256_xor_si256(ahi1, a1), key.k0[round]);
+        const __m256i bn0 = _mm256_xor_si256(_mm256_xor_si256(bhi1, b1), key.k0[round]);
+        const __m256i an2 = _mm256_xor_si256(_mm256_xor_si256(ahi0, a3), key.k1[round]);
+        const __m256i bn2 = _mm256_xor_si256(_mm256_xor_si256(bhi0, b3), key.k1[round]);
+        a0 = an0;
+        a1 = alo1;
+        a2 = an2;
+        a3 = alo0;
+        b0 = bn0;
+        b1 = blo1;
+        b2 = bn2;
+        b3 = blo0;
+    }
+}
+
 static inline __m256 uniform8(__m256i word) {
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(word, 8)), _mm256_set1_ps(5.9604644775390625e-08f));
 }

@@ -463,6 +463,17 @@ static int quantize_stochastic_scalar(const void* x, int8_t* q, const Plan& p) {
 }
 
 #ifdef __AVX2__
+// rows r = rbase + (m0 + lane) * Rm of 8 lanes, as 64-bit: the low words in c0, the high ones in c1
+static inline void row_counters(int64_t m0, __m256i lane, int64_t Rm, int64_t rbase, __m256i& c0, __m256i& c1) {
+    const __m256i mi = _mm256_add_epi32(_mm256_set1_epi32((int)m0), lane);
+    const __m256i rm_even = _mm256_mul_epu32(mi, _mm256_set1_epi64x(Rm));
+    const __m256i rm_odd = _mm256_mul_epu32(_mm256_srli_epi64(mi, 32), _mm256_set1_epi64x(Rm));
+    const __m256i r_even = _mm256_add_epi64(rm_even, _mm256_set1_epi64x(rbase));
+    const __m256i r_odd = _mm256_add_epi64(rm_odd, _mm256_set1_epi64x(rbase));
+    c0 = _mm256_blend_epi32(r_even, _mm256_slli_epi64(r_odd, 32), 0xAA);
+    c1 = _mm256_blend_epi32(_mm256_srli_epi64(r_even, 32), r_odd, 0xAA);
+}
+
 // Stochastic rounding when the innermost dimension in memory, m, is not the last logical one (a
 // channels-last gradient): 8 consecutive m share a Philox call with its 4 words for 4 consecutive j.
 template <int DT>
@@ -495,17 +506,25 @@ static int quantize_stochastic_inner(const void* x, int8_t* q, const Plan& p, in
             rbase += idx[d] * R[d];
         }
         __m256 vb = _mm256_setzero_ps();
+        __m256i n0 = _mm256_setzero_si256(), n1 = n0, n2 = n0, n3 = n0;  // the next block's words
+        bool have_next = false;
         for (int64_t m0 = 0; m0 < M; m0 += 8) {
-            // rows r = rbase + (m0 + lane) * Rm, as 64-bit (low and high words)
-            const __m256i mi = _mm256_add_epi32(_mm256_set1_epi32((int)m0), lane);
-            const __m256i rm_even = _mm256_mul_epu32(mi, _mm256_set1_epi64x(Rm));
-            const __m256i rm_odd = _mm256_mul_epu32(_mm256_srli_epi64(mi, 32), _mm256_set1_epi64x(Rm));
-            const __m256i r_even = _mm256_add_epi64(rm_even, _mm256_set1_epi64x(rbase));
-            const __m256i r_odd = _mm256_add_epi64(rm_odd, _mm256_set1_epi64x(rbase));
-            __m256i c0 = _mm256_blend_epi32(r_even, _mm256_slli_epi64(r_odd, 32), 0xAA);
-            __m256i c1 = _mm256_blend_epi32(_mm256_srli_epi64(r_even, 32), r_odd, 0xAA);
-            __m256i c2 = _mm256_set1_epi32((int)j4), c3 = _mm256_setzero_si256();
-            philox8(c0, c1, c2, c3, keys);
+            __m256i c0, c1, c2, c3;
+            if (have_next) {  // computed with the previous block
+                c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+                have_next = false;
+            } else {
+                row_counters(m0, lane, Rm, rbase, c0, c1);
+                c2 = _mm256_set1_epi32((int)j4), c3 = _mm256_setzero_si256();
+                if (m0 + 8 < M) {  // two blocks' Philox rounds interleaved
+                    row_counters(m0 + 8, lane, Rm, rbase, n0, n1);
+                    n2 = c2, n3 = c3;
+                    philox8x2(c0, c1, c2, c3, n0, n1, n2, n3, keys);
+                    have_next = true;
+                } else {
+                    philox8(c0, c1, c2, c3, keys);
+                }
+            }
             const __m256i words[4] = {c0, c1, c2, c3};
             const int64_t nm = std::min<int64_t>(8, M - m0);
             for (int w = 0; w < 4; ++w) {
@@ -578,10 +597,25 @@ static int quantize_stochastic_rows(const void* x, int8_t* q, const Plan& p) {
         const bool row_channel = p.axis != last;
         const int64_t rc = p.axis >= 0 && p.axis != last ? idx[p.axis] : 0;
         __m256 vb = _mm256_setzero_ps();
+        __m256i n0 = _mm256_setzero_si256(), n1 = n0, n2 = n0, n3 = n0;  // the next block's words
+        bool have_next = false;
         for (int64_t j = j0; j < j1; j += 32) {
-            __m256i c0 = _mm256_set1_epi32((int)(uint32_t)r), c1 = _mm256_set1_epi32((int)(uint32_t)((uint64_t)r >> 32));
-            __m256i c2 = _mm256_add_epi32(_mm256_set1_epi32((int)(j >> 2)), lane), c3 = _mm256_setzero_si256();
-            philox8(c0, c1, c2, c3, keys);
+            __m256i c0, c1, c2, c3;
+            if (have_next) {  // computed with the previous block
+                c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+                have_next = false;
+            } else {
+                c0 = _mm256_set1_epi32((int)(uint32_t)r), c1 = _mm256_set1_epi32((int)(uint32_t)((uint64_t)r >> 32));
+                c2 = _mm256_add_epi32(_mm256_set1_epi32((int)(j >> 2)), lane), c3 = _mm256_setzero_si256();
+                if (j + 32 < j1) {  // two blocks' Philox rounds interleaved
+                    n0 = c0, n1 = c1, n3 = c3;
+                    n2 = _mm256_add_epi32(c2, _mm256_set1_epi32(8));
+                    philox8x2(c0, c1, c2, c3, n0, n1, n2, n3, keys);
+                    have_next = true;
+                } else {
+                    philox8(c0, c1, c2, c3, keys);
+                }
+            }
             // words[w] lane l = element 4l + w: transpose to memory order (4 x 8 -> 4 vectors of 8)
             const __m256i a01 = _mm256_unpacklo_epi32(c0, c1), b01 = _mm256_unpacklo_epi32(c2, c3);
             const __m256i a23 = _mm256_unpackhi_epi32(c0, c1), b23 = _mm256_unpackhi_epi32(c2, c3);
