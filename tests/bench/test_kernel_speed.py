@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 import kernels
 from kernels import devices, reference
-from repro.quant import QMAX, absmax, float_inplace, quantize
+from repro.quant import QMAX, absmax, quantize
 
 DEVICE = devices.resolve(os.environ.get("REPRO_BENCH_DEVICE") or None)
 CUDA = DEVICE.type == "cuda"
@@ -112,33 +112,32 @@ class Case:
         self.gq = quantize(self.g, absmax(self.g))
         self.xh, self.wh, self.gh = (t.to(HALF) for t in (self.x, self.w, self.g))
         self.backend = kernels.get_backend(device)
-        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.gen = torch.Generator().manual_seed(seed)  # the noise keys are drawn on the host
 
     # ---- int8, quantization included
 
     def int8(self, op: str):
-        """As repro.layers' autograd Functions run it (same quantizer calls, same dequantization)."""
+        """As repro.layers' autograd Functions run it: the backend's fused quantizer, the exact product,
+        the backend's dequantizing epilogue (GW with per-output-channel scales, DAIQ's GVQ)."""
+        b = self.backend
         if op == "fwd":
-            sx, sw = absmax(self.x), absmax(self.w)
-            xq, wq = quantize(self.x, sx), quantize(self.w, sw)
-            b = self.backend
+            xq, sx = b.absmax_quantize(self.x)
+            wq, sw = b.absmax_quantize(self.w)
             acc = b.conv_forward(xq, wq, *self.geometry) if self.conv else b.linear_forward(xq, wq)
-            return float_inplace(acc).mul_(sx * sw / QMAX**2)
+            return b.dequantize(acc, sx * sw / QMAX**2, inplace=True)
         if op == "dx":
-            sg = absmax(self.g)
-            gq = quantize(self.g, sg, rounding="stochastic", generator=self.gen)
+            gq, sg = b.absmax_quantize(self.g, rounding="stochastic", generator=self.gen)
             if self.conv:
-                acc = self.backend.conv_input_grad(gq, self.wq, self.x.shape, *self.geometry)
+                acc = b.conv_input_grad(gq, self.wq, self.x.shape, *self.geometry)
             else:
-                acc = self.backend.linear_input_grad(gq, self.wq)
-            return float_inplace(acc).mul_(sg * self.sw / QMAX**2)
-        sc = absmax(self.g, axis=1)  # one scale per output channel (DAIQ's GVQ)
-        gq = quantize(self.g, sc, axis=1, rounding="stochastic", generator=self.gen)
+                acc = b.linear_input_grad(gq, self.wq)
+            return b.dequantize(acc, sg * self.sw / QMAX**2, inplace=True)
+        gq, sc = b.absmax_quantize(self.g, axis=1, rounding="stochastic", generator=self.gen)
         if self.conv:
-            acc = float_inplace(self.backend.conv_weight_grad(self.xq, gq, self.w.shape, *self.geometry))
+            acc = b.conv_weight_grad(self.xq, gq, self.w.shape, *self.geometry)
         else:
-            acc = float_inplace(self.backend.linear_weight_grad(self.xq, gq))
-        return acc.mul_(sc.reshape(-1, *[1] * (acc.dim() - 1))).mul_(self.sx / QMAX**2)
+            acc = b.linear_weight_grad(self.xq, gq)
+        return b.dequantize(acc, sc * (self.sx / QMAX**2), axis=0, inplace=True)
 
     def int8_op(self, op: str, backend=None):
         backend = backend or self.backend
