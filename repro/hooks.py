@@ -72,7 +72,7 @@ class Int8TrainingHook(Hook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         factors = layer_lr_factors(self._model(runner))
-        if factors and self.method.name == "ui8":
+        if factors and self.method.scales_learning_rates:
             runner.message_hub.update_scalar("train/int8_lr_scale", sum(factors.values()) / len(factors))
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:

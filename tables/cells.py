@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.methods import METHODS
+from repro.methods.options import typed_options
 from tables.spec import Row
 
 SCHEMA = 1
@@ -29,18 +30,15 @@ SCHEMA = 1
 def normalize_options(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The options a run will use: the method's defaults overlaid with the row's, sorted by name.
 
-    Integers given for float defaults become floats (k=1 and k=1.0 are the same cell). For a method
-    not in the registry the options are kept as given.
+    Each known option is typed as the method types it (repro.methods.options: k=1 and k=1.0 are the
+    same cell; a value of the wrong type is a ValueError naming it). For a method not in the registry,
+    and for options it does not know (row_blocker reports those), the values are kept as given.
     """
     cls = METHODS.get(method)
     if cls is None:
         return {k: options[k] for k in sorted(options)}
-    merged = dict(cls.defaults)
-    for name, value in options.items():
-        default = merged.get(name)
-        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        merged[name] = value
+    known = {k: v for k, v in options.items() if k in cls.defaults}
+    merged = {**cls.defaults, **options, **typed_options(method, cls.defaults, known)}
     return {k: merged[k] for k in sorted(merged)}
 
 

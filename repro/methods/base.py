@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from repro.methods.options import typed_options
 from repro.quant import absmax, quantize
 
 
@@ -88,16 +89,25 @@ class Method:
         if unknown:
             known = ", ".join(sorted(self.defaults)) or "none"
             raise ValueError(f"method {self.name!r} has no option {', '.join(unknown)}; its options: {known}")
-        self.opts = {**self.defaults, **options}
+        # each option takes the type of its default (repro.methods.options): "1.5" from a command line
+        # is 1.5, "abc" for a number is one clear ValueError before validate() compares it
+        self.opts = {**self.defaults, **typed_options(self.name, self.defaults, options)}
         self.validate()
 
     def validate(self) -> None:
-        """Check option values; raise ValueError naming the bad one."""
+        """Check option values (already of their defaults' types); raise ValueError naming the bad one."""
 
     def make_layer_quantizer(self) -> LayerQuantizer:
         return self.layer_quantizer(self)
 
-    # Optional capabilities (WAGEUBN uses them; the defaults do nothing).
+    # Capabilities: what a method does besides quantizing layers, declared here and asked by the hook
+    # and quantize_model (never a method's name). The defaults do nothing.
+    @property
+    def scales_learning_rates(self) -> bool:
+        """Whether its layers scale their own learning rates (a LayerQuantizer overriding lr_scale:
+        UI8's phi(d_c))."""
+        return self.layer_quantizer.lr_scale is not LayerQuantizer.lr_scale
+
     def module_swaps(self) -> dict[type, type]:
         """Other module classes this method replaces (float class -> quantized subclass, e.g. BatchNorm2d);
         quantize_model swaps them everywhere, keeping Parameters and state_dict keys, and sets
