@@ -75,7 +75,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import Dataset
 
-from tasks.datasets import DatasetNotFoundError, _read_manifest, _write_atomically, cache_dir
+from tasks.data_cache import ensure_set, read_manifest
+from tasks.datasets import DatasetNotFoundError
 
 UCF101 = "ucf101"
 KINETICS400 = "kinetics400"
@@ -305,9 +306,9 @@ def normalization(dataset: str, root=None) -> tuple[tuple, tuple]:
     """Per-channel (mean, std): Kinetics' for the real sets, measured on the train split for the embedded."""
     if dataset in REAL:
         return KINETICS_MEAN, KINETICS_STD
-    manifest = _read_manifest(Path(root)) if root is not None else None
+    manifest = read_manifest(root) if root is not None else None
     if manifest is None:
-        manifest = _read_manifest(ensure_motion(dataset, root))
+        manifest = read_manifest(ensure_motion(dataset, root))
     return tuple(manifest["mean"]), tuple(manifest["std"])
 
 
@@ -520,11 +521,4 @@ def ensure_motion(name: str, cache=None) -> Path:
     """The root of the embedded set `name` (motion10 or motion20), made on first use."""
     if name not in MOTION_SETS:
         raise ValueError(f"unknown embedded video set {name!r}; choose from {', '.join(MOTION_SETS)}")
-    folder = cache_dir(cache) / f"{name}-v{VERSIONS[name]}"
-    if _read_manifest(folder) is None:
-        if folder.exists():  # a folder without a manifest is not ours to trust; rebuild it
-            import shutil
-
-            shutil.rmtree(folder)
-        _write_atomically(folder, lambda out: _write_motion(MOTION_SETS[name], out))
-    return folder
+    return ensure_set(name, VERSIONS[name], lambda out: _write_motion(MOTION_SETS[name], out), cache)
