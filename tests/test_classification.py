@@ -222,7 +222,7 @@ def test_an_absurd_learning_rate_is_recorded_as_diverged(method):
 
 # ------------------------------------------------------------------------------------------------- CLI
 def test_cli_train_fp32_with_cfg_options(capsys):
-    from repro.cli import main
+    from tables.command import main
 
     argv = ["train", "--task", "classification", "--model", "mobilenet_v2", "--method", "fp32"]
     argv += ["--profile", "smoke", "--paper-dataset", "cifar10", "--seed", "2", "--json"]
@@ -239,7 +239,7 @@ def test_cli_train_fp32_with_cfg_options(capsys):
     [("--model", "resnet99", "model"), ("--method", "int4", "method"), ("--profile", "huge", "profile")],
 )
 def test_cli_bad_names_exit_2_with_one_line(capsys, flag, value, what):
-    from repro.cli import main
+    from tables.command import main
 
     argv = {"--model": "resnet18", "--method": "daiq", "--profile": "smoke"}
     argv[flag] = value

@@ -14,10 +14,10 @@ import warnings
 import pandas as pd
 import pytest
 
-from repro.cli import main as repro_main
 from repro.methods import build_method, list_methods
 from repro.quant import NonFiniteError
 from tables.cells import Cache, Cell, normalize_options, row_blocker
+from tables.command import main as repro_main
 from tables.generate import generate
 from tables.render import CSV_COLUMNS
 from tables.spec import Row, Source

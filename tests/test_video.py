@@ -197,7 +197,7 @@ def test_the_class_is_the_motion_not_the_first_frame(cls, direction):
 
 
 def test_video_task_smoke_run_and_cli(capsys):
-    from repro.cli import main
+    from tables.command import main
     from tasks import get_task
 
     task = get_task("video")
