@@ -81,6 +81,7 @@ def _rank() -> int:
 
 def cmd_train(args) -> int:
     from tasks.datasets import DatasetNotFoundError
+    from tasks.runner import summary
 
     task = get_task(args.task)
     config = getattr(args, "config", None)
@@ -108,7 +109,7 @@ def cmd_train(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if _rank() == 0:
-        print(json.dumps(result.to_dict()) if args.json else task.summary(result), flush=True)
+        print(json.dumps(result.to_dict()) if args.json else summary(result), flush=True)
     return 0
 
 

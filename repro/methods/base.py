@@ -118,8 +118,10 @@ class Method:
         """A replacement for `optimizer` over its param groups (Int8TrainingHook installs it), or None."""
         return None
 
-    def recipe_overrides(self, profile: str) -> dict[str, Any]:
-        """Training-recipe entries (lr, batch_size, ...) a method's own paper prescribes at a profile."""
+    @classmethod
+    def recipe_overrides(cls, profile: str) -> dict[str, Any]:
+        """Training-recipe entries (lr, batch_size, ...) a method's own paper prescribes at a profile, for
+        any options (a class method: a task's config is built without building the method)."""
         return {}
 
     def set_progress(self, iteration: int, max_iters: int) -> None:

@@ -112,7 +112,8 @@ class Wageubn(Method):
             swaps.update(RELU_SWAPS)
         return swaps
 
-    def recipe_overrides(self, profile: str) -> dict:
+    @classmethod
+    def recipe_overrides(cls, profile: str) -> dict:
         """The paper profile trains with WAGEUBN's recipe (sec. IV-B): batch 128, lr 0.05 -> Q = 26 x 2^-9
         (the authors' initial rate; the task's x0.1 milestones give 3 and 1 x 2^-9 after, their code
         3, 2, 1 x 2^-9). The short profiles keep the task's recipe (lr quantized to klr bits)."""
