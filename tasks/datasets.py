@@ -197,10 +197,7 @@ def _colour(rng, avoid=None, min_dist=0.0, min_grey=0.0, lighter=None):
 
 
 # How hard shapes10 is (version 3): sizes are fractions of the image side, colours RGB in [0, 1]. Chosen
-# so that every Table 3 model learns it in the embedded budget: with full rotations, light-or-dark objects
-# on any background and objects anywhere, torchvision's MobileNetV2 and InceptionV3 (ImageNet strides,
-# 32 / 75 px) stayed at chance for 300+ iterations while a ResNet-20 reached 60%; with these settings,
-# after 312 iterations at lr 0.0125: ResNet-20 ~92%, MobileNetV2 ~41%, InceptionV3 ~36%.
+# so that every DAIQ Table 3 network learns it in the embedded budget (docs/measurements.md).
 SHAPES10_DIFFICULTY = dict(
     size=(0.3, 0.45),  # the labelled object's radius
     shift=0.5,  # its centre moves up to this fraction of the way from the image centre to 0.7 r off the edge
