@@ -88,7 +88,7 @@ SPEED_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DEVICE),--devi
 tables: $(TABLES)
 
 $(filter-out $(SPEED_TABLES),$(TABLES)):
-	$(BIN)/python -m repro.cli table $@ $(TABLE_ARGS)
+	$(BIN)/python -m tables.command table $@ $(TABLE_ARGS)
 
 $(SPEED_TABLES):
-	$(BIN)/python -m repro.cli table $@ $(SPEED_ARGS)
+	$(BIN)/python -m tables.command table $@ $(SPEED_ARGS)

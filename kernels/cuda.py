@@ -38,13 +38,13 @@ import functools
 import hashlib
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from kernels.atomic import write_file
 from kernels.cuda_quantize import absmax, absmax_quantize, channel_stats, dequantize, quantize
 from kernels.geometry import conv_geometry
 
@@ -211,11 +211,7 @@ def _function(module: str, kernel: str, device_index: int):
     if not path.exists():
         binary = compile_source(src, f"{module}.cu", arch, ptx)
         path.parent.mkdir(parents=True, exist_ok=True)
-        # written aside and renamed: a killed run leaves no half-written file behind
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
-        with os.fdopen(fd, "wb") as f:
-            f.write(binary if isinstance(binary, bytes) else binary.encode())
-        os.replace(tmp, path)
+        write_file(path, binary if isinstance(binary, bytes) else binary.encode())
     with cupy.cuda.Device(device_index):
         return cupy.RawModule(path=str(path)).get_function(kernel)
 

@@ -75,7 +75,7 @@ class Int8TrainingHook(Hook):
         if not (self.every_n_train_iters(runner, LR_SCALE_LOG_INTERVAL) or self.is_last_train_iter(runner)):
             return  # reading the factors waits for the GPU
         factors = layer_lr_factors(self._model(runner))
-        if factors and self.method.name == "ui8":
+        if factors and self.method.scales_learning_rates:
             runner.message_hub.update_scalar("train/int8_lr_scale", sum(factors.values()) / len(factors))
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:

@@ -3,7 +3,7 @@
 A cell is one training run: (task, model, method, method options, seed, profile, paper dataset, data
 root), plus the task's recipe version when it exposes one. FP32 baselines are cells too, shared by
 every row of the same model and dataset. Each finished cell is one JSON file named by a hash of its
-full configuration, written atomically (temporary file + os.replace), so a killed run loses nothing
+full configuration, written atomically (kernels.atomic), so a killed run loses nothing
 and a rerun recomputes nothing.
 """
 
@@ -13,14 +13,15 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kernels.atomic import write_file
 from repro.methods import METHODS
+from repro.methods.options import typed_options
 from tables.spec import Row
 
 SCHEMA = 1
@@ -29,18 +30,15 @@ SCHEMA = 1
 def normalize_options(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The options a run will use: the method's defaults overlaid with the row's, sorted by name.
 
-    Integers given for float defaults become floats (k=1 and k=1.0 are the same cell). For a method
-    not in the registry the options are kept as given.
+    Each known option is typed as the method types it (repro.methods.options: k=1 and k=1.0 are the
+    same cell; a value of the wrong type is a ValueError naming it). For a method not in the registry,
+    and for options it does not know (row_blocker reports those), the values are kept as given.
     """
     cls = METHODS.get(method)
     if cls is None:
         return {k: options[k] for k in sorted(options)}
-    merged = dict(cls.defaults)
-    for name, value in options.items():
-        default = merged.get(name)
-        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        merged[name] = value
+    known = {k: v for k, v in options.items() if k in cls.defaults}
+    merged = {**cls.defaults, **options, **typed_options(method, cls.defaults, known)}
     return {k: merged[k] for k in sorted(merged)}
 
 
@@ -143,18 +141,7 @@ class Cache:
         }
         text = json.dumps(_finite(entry), indent=1, sort_keys=True, default=_jsonable, allow_nan=False)
         self.root.mkdir(parents=True, exist_ok=True)
-        final = self.path(cell)
-        fd, tmp = tempfile.mkstemp(prefix=f".{cell.key}.", suffix=".tmp", dir=self.root)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return final
+        return write_file(self.path(cell), text)
 
 
 def _finite(value: Any) -> Any:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tables.generate import DEFAULT_SEEDS, PROFILES
+from tables.generate import DEFAULT_SEEDS
 from tables.specs import SPEED_SPECS, list_tables
+from tasks import PROFILES
 
 
 def add_table_parser(subparsers) -> argparse.ArgumentParser:

@@ -32,8 +32,8 @@ from repro.quant import NonFiniteError
 from tables.cells import Cache, Cell, row_blocker
 from tables.spec import Row, Spec
 from tables.specs import get_spec
+from tasks import PROFILES
 
-PROFILES = ("smoke", "embedded", "paper")
 DEFAULT_SEEDS = {"smoke": 1, "embedded": 2, "paper": 1}
 
 Runner = Callable[..., Any]

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
-import tempfile
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from kernels.atomic import write_file
 from tables.spec import PAPER_DATASETS, Row
 
 CSV_COLUMNS = [
@@ -386,17 +385,6 @@ def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write(
     results_dir: Path, name: str, frame: pd.DataFrame, md: str, meta: dict[str, Any]
 ) -> dict[str, Path]:
@@ -406,9 +394,9 @@ def write(
         "csv": results_dir / f"{name}.csv",
         "meta": results_dir / f"{name}.meta.json",
     }
-    _atomic_write(paths["md"], md)
-    _atomic_write(paths["csv"], frame.to_csv(index=False))
+    write_file(paths["md"], md)
+    write_file(paths["csv"], frame.to_csv(index=False))
     sidecar = {k: v for k, v in meta.items() if k != "row_marks"}
     sidecar["csv_columns"] = list(frame.columns)
-    _atomic_write(paths["meta"], json.dumps(sidecar, indent=1, default=str) + "\n")
+    write_file(paths["meta"], json.dumps(sidecar, indent=1, default=str) + "\n")
     return paths

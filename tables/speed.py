@@ -26,9 +26,9 @@ import torch
 from tqdm.auto import tqdm
 
 from kernels import devices
+from kernels.atomic import write_file
 from repro import steptime
 from tables.cells import Cache
-from tables.render import _atomic_write
 from tables.speed_spec import HALF, PeriodSpec, StepTimeSpec
 
 TIMING_VERSION = 1
@@ -179,7 +179,7 @@ def run_cell(cell: TimingCell, cache: Cache, device: torch.device, progress: boo
 
     def save(rounds_done: int, samples: dict) -> None:
         cache.root.mkdir(parents=True, exist_ok=True)
-        _atomic_write(partial, json.dumps({"cell": cell.config(), "samples": samples}))
+        write_file(partial, json.dumps({"cell": cell.config(), "samples": samples}))
         if on_round:
             on_round(rounds_done, samples)
 
@@ -460,7 +460,7 @@ def generate_speed(
         k: results_dir / f"{spec.name}.{ext}"
         for k, ext in (("md", "md"), ("csv", "csv"), ("meta", "meta.json"))
     }
-    _atomic_write(paths["md"], md)
-    _atomic_write(paths["csv"], frame.to_csv(index=False))
-    _atomic_write(paths["meta"], json.dumps(meta, indent=1, default=str) + "\n")
+    write_file(paths["md"], md)
+    write_file(paths["csv"], frame.to_csv(index=False))
+    write_file(paths["meta"], json.dumps(meta, indent=1, default=str) + "\n")
     return SpeedGenerated(spec, cell, frame, md, meta, paths, cached)

@@ -1,9 +1,10 @@
-"""Tasks: each builds a model, data and metric for a (dataset, profile) and trains on MMEngine's Runner.
+"""Tasks: each builds a model, data and metric for a (dataset, profile) and trains on MMEngine's Runner
+through the shared harness (tasks.runner).
 
-    TASKS = {"classification": "tasks.classification"}   # detection and video plug in here
     get_task("classification").run("resnet18", "daiq", profile="embedded")
 
-A task module exposes `run(model, method, profile=..., seed=..., ...) -> RunResult`.
+A task module exposes `run(model, method, profile=..., seed=..., ...) -> tasks.runner.RunResult`, its
+RECIPE_VERSION (the tables' cache key holds it) and `build_config` (the Runner config of one run).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ TASKS: dict[str, str] = {
     "video": "tasks.video",
     "detection": "tasks.detection",
 }
+
+# The scales every task and table runs at: smoke (seconds, for tests and CI), embedded (data the project
+# makes or ships, whole tables in minutes on a CPU) and paper (the papers' protocol, for GPUs).
+PROFILES = ("smoke", "embedded", "paper")
 
 
 def list_tasks() -> list[str]:

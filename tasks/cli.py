@@ -6,9 +6,10 @@
     repro train --task detection --config PATH --method daiq [--cfg-options k=v ...]   (any mmdet config)
     repro train --task video --model r3d_18|r3d_50 --method daiq [--paper-dataset ucf101|kinetics400]
 
-Wired into repro/cli.py with `add_train_parser(subparsers)`. Unknown task / model / method / profile
-names are one-line errors listing the choices (exit 2, like argparse's own errors). A diverged run is a
-result ("diverged"), exit 0. Under torchrun (`--launcher pytorch`) only rank 0 prints.
+Wired into the `repro` command (tables/command.py) with `add_train_parser(subparsers)`. Unknown task /
+model / method / profile names, and method options of the wrong type, are one-line errors (exit 2, like
+argparse's own errors). A diverged run is a result ("diverged"), exit 0. Under torchrun (`--launcher
+pytorch`) only rank 0 prints.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def _rank() -> int:
 
 def cmd_train(args) -> int:
     from tasks.datasets import DatasetNotFoundError
+    from tasks.runner import summary
 
     task = get_task(args.task)
     config = getattr(args, "config", None)
@@ -107,7 +109,7 @@ def cmd_train(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if _rank() == 0:
-        print(json.dumps(result.to_dict()) if args.json else task.summary(result), flush=True)
+        print(json.dumps(result.to_dict()) if args.json else summary(result), flush=True)
     return 0
 
 

@@ -10,9 +10,8 @@ Real data (profile ``paper``) is read from ``--data-root`` and never downloaded:
 A missing root is one error line (DatasetNotFoundError) naming the expected layout.
 
 The embedded stand-ins (profiles ``embedded`` and ``smoke``) need no download. Each is made once, on
-first use, in the cache folder (``~/.cache/int8-repro/data``, or env ``REPRO_DATA_CACHE``, or the
-``cache`` argument), written to a temporary folder and renamed into place, so a killed run never leaves
-half a dataset. Each is written in a real on-disk format and read back by the same loader code as the
+first use, in the data cache (tasks.data_cache: atomically, so a killed run never leaves half a
+dataset). Each is written in a real on-disk format and read back by the same loader code as the
 dataset it stands in for:
 
 - ``digits`` (stands in for ImageNet): scikit-learn's handwritten digits (``load_digits``: 1,797 real
@@ -39,20 +38,14 @@ minutes on a CPU; their accuracies are not ImageNet or CIFAR-10 numbers and are 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import os
 import pickle
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-CACHE_ENV = "REPRO_DATA_CACHE"
-DEFAULT_CACHE = Path("~/.cache/int8-repro/data")
+from tasks.data_cache import ensure_set, read_manifest
 
 DIGITS = "digits"
 SHAPES10 = "shapes10"
@@ -73,7 +66,6 @@ CIFAR_FOLDER = "cifar-10-batches-py"
 CIFAR_TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
 CIFAR_TEST = "test_batch"
 CIFAR_META = "batches.meta"
-MANIFEST = "MANIFEST.json"
 
 # Normalisation of the real datasets (the usual published per-channel values).
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -84,49 +76,8 @@ class DatasetNotFoundError(FileNotFoundError):
     """A data root is missing or not in the expected layout; the message is one line naming it."""
 
 
-def cache_dir(cache: str | os.PathLike | None = None) -> Path:
-    """The embedded-data cache: the argument, else env REPRO_DATA_CACHE, else ~/.cache/int8-repro/data."""
-    chosen = cache or os.environ.get(CACHE_ENV) or DEFAULT_CACHE
-    return Path(chosen).expanduser()
-
-
 def _md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
-
-
-def _read_manifest(folder: Path) -> dict | None:
-    try:
-        return json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write_atomically(final: Path, write) -> dict:
-    """Run write(tmp_folder) -> manifest dict, then rename tmp into `final`; first finisher wins."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    try:
-        t0 = time.perf_counter()
-        manifest = write(tmp)
-        manifest["made_in_s"] = round(time.perf_counter() - t0, 2)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process finished first (rename onto a non-empty folder fails)
-            if _read_manifest(final) is None:
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return _read_manifest(final)
-
-
-def _ensure(name: str, cache, write) -> Path:
-    folder = cache_dir(cache) / f"{name}-v{VERSIONS[name]}"
-    if _read_manifest(folder) is None:
-        if folder.exists():  # a folder without a manifest is not ours to trust; rebuild it
-            shutil.rmtree(folder)
-        _write_atomically(folder, write)
-    return folder
 
 
 # ----------------------------------------------------------------------------------------------- digits
@@ -163,7 +114,7 @@ def _write_digits(out: Path, seed: int = 0) -> dict:
 
 def ensure_digits(cache=None) -> Path:
     """The digits ImageFolder root (with train/ and val/), made on first use."""
-    return _ensure(DIGITS, cache, _write_digits)
+    return ensure_set(DIGITS, VERSIONS[DIGITS], _write_digits, cache)
 
 
 # --------------------------------------------------------------------------------------------- shapes10
@@ -246,10 +197,7 @@ def _colour(rng, avoid=None, min_dist=0.0, min_grey=0.0, lighter=None):
 
 
 # How hard shapes10 is (version 3): sizes are fractions of the image side, colours RGB in [0, 1]. Chosen
-# so that every Table 3 model learns it in the embedded budget: with full rotations, light-or-dark objects
-# on any background and objects anywhere, torchvision's MobileNetV2 and InceptionV3 (ImageNet strides,
-# 32 / 75 px) stayed at chance for 300+ iterations while a ResNet-20 reached 60%; with these settings,
-# after 312 iterations at lr 0.0125: ResNet-20 ~92%, MobileNetV2 ~41%, InceptionV3 ~36%.
+# so that every DAIQ Table 3 network learns it in the embedded budget (docs/measurements.md).
 SHAPES10_DIFFICULTY = dict(
     size=(0.3, 0.45),  # the labelled object's radius
     shift=0.5,  # its centre moves up to this fraction of the way from the image centre to 0.7 r off the edge
@@ -363,7 +311,7 @@ def _write_shapes10(out: Path, seed: int = 0, per_batch: int = 1000, test: int =
 
 def ensure_shapes10(cache=None) -> Path:
     """The shapes10 root (holding cifar-10-batches-py/), made on first use."""
-    return _ensure(SHAPES10, cache, _write_shapes10)
+    return ensure_set(SHAPES10, VERSIONS[SHAPES10], _write_shapes10, cache)
 
 
 # ------------------------------------------------------------------------------------------------ loaders
@@ -391,7 +339,7 @@ def cifar10(root, train: bool, transform=None):
     from torchvision.datasets import CIFAR10
 
     root = _check_cifar_root(root)
-    manifest = _read_manifest(root)
+    manifest = read_manifest(root)
     if manifest is None or "md5" not in manifest:
         return CIFAR10(str(root), train=train, transform=transform, download=False)
     md5 = manifest["md5"]
@@ -426,5 +374,5 @@ def normalization(dataset: str, cache=None) -> tuple[tuple, tuple]:
     if dataset == "cifar10":
         return CIFAR10_MEAN, CIFAR10_STD
     folder = ensure_digits(cache) if dataset == DIGITS else ensure_shapes10(cache)
-    manifest = _read_manifest(folder)
+    manifest = read_manifest(folder)
     return tuple(manifest["mean"]), tuple(manifest["std"])

@@ -18,7 +18,8 @@ swaps the detector's convolutions and linear layers (backbone, neck, heads; quan
 the first and the last float) in ``before_run``, after MMEngine has built the optimizer and any wrapper,
 keeping parameters and state_dict keys, so ``resume=True`` and ``load_from=`` work.
 
-``run(model, method, profile=..., paper_dataset=...)`` is one table cell (tables.generate calls it):
+``run(model, method, profile=..., paper_dataset=...)`` is one table cell (tables.generate calls it),
+trained through the shared harness (tasks.runner):
 
 - models: ``faster_rcnn_r50_fpn`` and ``retinanet_r50_fpn`` (MODELS); paper datasets ``coco`` and ``voc``.
 - ``paper``: the shipped 1x configs (COCO 2017; VOC 07+12 tested on VOC2007) with the data from
@@ -31,39 +32,32 @@ keeping parameters and state_dict keys, so ``resume=True`` and ``load_from=`` wo
   docstring says what changes and why).
 - ``smoke``: the embedded config cut to a few images, 2 iterations and a 6-image validation, for tests.
 
-A run reports (RunResult) ``map``: the paper dataset's metric in % (COCO: bbox AP@[.5:.95]; VOC:
-AP@0.5), with ``map_50`` and ``map_5095`` beside it; the final training loss; divergence (a non-finite
-loss stops the run before its backward pass and is recorded, not raised); ms per train_step.
+A run's scores: ``map``, the paper dataset's metric in % (COCO: bbox AP@[.5:.95]; VOC: AP@0.5), with
+``map_50`` and ``map_5095`` beside it, ``metric`` naming it, and ``config`` the config file trained.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
-import shutil
 import sys
-import tempfile
 import uuid
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from mmdet.registry import HOOKS as MMDET_HOOKS
 from mmengine.config import Config
-from mmengine.model import is_model_wrapper
-from mmengine.runner import Runner
 
-import repro
 from repro.hooks import Int8TrainingHook
+from tasks import PROFILES
 from tasks import detection_data as DD
-from tasks.classification import RunRecorder, _check_choice, _check_loss, _init_cpu_process_group, _release
 from tasks.datasets import DatasetNotFoundError
+from tasks.runner import RunRecorder, RunResult, check_choice, checked_options, run_config
 
 TASK = "detection"
 # Bump when a recipe, config or the generated set changes what a run measures (the table cache key).
 RECIPE_VERSION = "4"  # 4: int8 convolutions keep the input layout (RoIAlign read them wrong)
-PROFILES = ("smoke", "embedded", "paper")
 PAPER_DATASETS = ("coco", "voc")
 CONFIG_DIR = Path(__file__).resolve().parent / "configs" / "detection"
 MODELS = {"faster_rcnn_r50_fpn": "faster-rcnn_r50_fpn", "retinanet_r50_fpn": "retinanet_r50_fpn"}
@@ -73,39 +67,10 @@ EMBEDDED_CONFIG = "shapes-det"
 SMOKE = dict(train_images=8, val_images=6, batch_size=2, iters=2, image_scale=(64, 64))
 
 MMDET_HOOKS.register_module(name="Int8TrainingHook", module=Int8TrainingHook, force=True)
+MMDET_HOOKS.register_module(name="ReproRunRecorder", module=RunRecorder, force=True)
 
 
-@MMDET_HOOKS.register_module(name="ReproDetRunRecorder", force=True)
-class DetRunRecorder(RunRecorder):
-    """RunRecorder for detectors: keeps the bbox metrics and stops on a non-finite loss.
-
-    The loss check wraps the detector's parse_losses (which sums the loss dict before the backward
-    pass), so a NaN/Inf loss raises repro.NonFiniteError before any gradient is quantized.
-    """
-
-    def __init__(self, warmup: int = 3):
-        super().__init__(warmup)
-        self.metrics: dict[str, float] = {}
-        self.validated = False
-
-    def before_run(self, runner) -> None:
-        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-        parse = model.parse_losses
-
-        def checked(losses):
-            loss, log_vars = parse(losses)
-            _check_loss(loss)
-            return loss, log_vars
-
-        model.parse_losses = checked
-
-    def after_val_epoch(self, runner, metrics=None) -> None:
-        self.validated = True
-        if metrics:
-            self.metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
-
-
-def scores(metrics: dict[str, float]) -> dict[str, float | None]:
+def map_scores(metrics: dict[str, float]) -> dict[str, float | None]:
     """map_50 and map_5095 in % from CocoMetric ("coco/bbox_mAP*") or VOCMetric ("pascal_voc/mAP")."""
     if "coco/bbox_mAP" in metrics:
         return dict(map_5095=100 * metrics["coco/bbox_mAP"], map_50=100 * metrics["coco/bbox_mAP_50"])
@@ -116,9 +81,9 @@ def scores(metrics: dict[str, float]) -> dict[str, float | None]:
 
 # ----------------------------------------------------------------------------------------------- config
 def config_path(model: str, profile: str, paper_dataset: str) -> Path:
-    _check_choice("model", model, list(MODELS))
-    _check_choice("profile", profile, PROFILES)
-    _check_choice("paper_dataset", paper_dataset, PAPER_DATASETS)
+    check_choice("model", model, list(MODELS))
+    check_choice("profile", profile, PROFILES)
+    check_choice("paper_dataset", paper_dataset, PAPER_DATASETS)
     which = PAPER_CONFIGS[paper_dataset] if profile == "paper" else EMBEDDED_CONFIG
     return CONFIG_DIR / f"{MODELS[model]}_{which}_int8.py"
 
@@ -206,13 +171,13 @@ def build_config(
     set_method(cfg, method, method_options)
     cfg.custom_hooks = [
         *cfg.custom_hooks,
-        dict(type="ReproDetRunRecorder", warmup=1 if profile == "smoke" else 3),
+        dict(type="ReproRunRecorder", warmup=1 if profile == "smoke" else 3),
     ]
     cfg.work_dir = work_dir
     cfg.experiment_name = f"{TASK}-{Path(config).stem}-{method}-{profile}-s{seed}-{uuid.uuid4().hex[:8]}"
     cfg.randomness = dict(seed=seed)
     # mmdet names its visualizer "visualizer": a global instance that would outlive this run (and its
-    # work_dir) and be handed to the next; per-run names are released with the run (_release)
+    # work_dir) and be handed to the next; per-run names are released with the run (runner.release)
     if cfg.get("visualizer"):
         cfg.visualizer.name = cfg.experiment_name
     cfg.launcher = cfg.get("launcher", "none")
@@ -230,55 +195,11 @@ def build_config(
 
 
 # ---------------------------------------------------------------------------------------------- results
-@dataclass
-class RunResult:
-    """One detection run. `map` is the paper dataset's metric (%); `iters` the iterations trained."""
-
-    model: str
-    method: str
-    profile: str
-    paper_dataset: str
-    dataset: str
-    seed: int
-    epochs: int | None
-    iters: int
-    map: float | None
-    map_50: float | None
-    map_5095: float | None
-    metric: str
-    final_loss: float | None
-    diverged: bool
-    ms_per_iter: float
-    config: str = ""
-    method_options: dict = field(default_factory=dict)
-    simulated: bool = False
-    shared_run: str | None = None  # set when this cell reuses a run trained for another paper dataset
-    note: str | None = None
-    task: str = TASK
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 METRIC_NAMES = {"coco": "bbox AP@[.5:.95] (COCO)", "voc": "AP@0.5 (VOC)"}
 
 # Finished embedded/smoke runs of this process by their training configuration (paper dataset left
 # out: at those profiles COCO and VOC stand on the same data, so one training serves both cells).
 _FINISHED: dict[str, tuple[str, RunResult]] = {}
-
-
-def train(cfg: Config) -> tuple[Runner | None, DetRunRecorder | None, bool]:
-    """Build the Runner and train; returns (runner, recorder, diverged). The caller releases the run."""
-    _init_cpu_process_group(cfg)
-    runner = Runner.from_cfg(cfg)
-    diverged = False
-    try:
-        runner.train()
-    except repro.NonFiniteError as err:
-        diverged = True
-        runner.logger.warning(f"diverged at iteration {runner.iter}: {err}")
-    recorder = next(h for h in runner.hooks if isinstance(h, DetRunRecorder))
-    return runner, recorder, diverged
 
 
 def run(
@@ -298,11 +219,9 @@ def run(
     `config` (a file path) replaces the task's config for (model, profile, paper_dataset); it may be any
     MMDetection config, shipped or the user's. Unknown names are a ValueError listing the choices.
     """
-    method_options = dict(method_options or {})
-    _check_choice("method", method, repro.list_methods())
-    repro.build_method(method, **method_options)  # bad options fail here, before any data
+    method_options = checked_options(method, method_options)  # bad options fail here, before any data
     path = Path(config) if config else config_path(model, profile, paper_dataset)
-    _check_choice("paper_dataset", paper_dataset, PAPER_DATASETS)
+    check_choice("paper_dataset", paper_dataset, PAPER_DATASETS)
     if profile == "paper" and data_root is None and config is None:
         raise DatasetNotFoundError(
             f"profile 'paper' reads {paper_dataset} from a data root: pass --data-root"
@@ -313,90 +232,56 @@ def run(
     if profile != "paper" and memo_key in _FINISHED:
         trained_for, done = _FINISHED[memo_key]
         return _rescore(done, paper_dataset, trained_for)
-    temp = work_dir is None
-    work = tempfile.mkdtemp(prefix=f"repro-{TASK}-") if temp else work_dir
     keep = config is not None or profile == "paper"  # a user's config keeps its checkpoints
-    cfg = build_config(path, method, profile, seed, method_options, data_root, str(work), checkpoints=keep)
-    if cfg_options:
-        cfg.merge_from_dict(copy.deepcopy(cfg_options))
-    name = cfg.experiment_name
-    runner = None
-    try:
-        runner, recorder, diverged = train(cfg)
-        result = RunResult(
-            model=model,
-            method=method,
-            method_options=method_options,
-            profile=profile,
-            paper_dataset=paper_dataset,
-            dataset=DD.NAME if cfg.get("embedded_data") == DD.NAME else paper_dataset,
-            seed=seed,
-            epochs=cfg.train_cfg.get("max_epochs"),
-            iters=int(runner.iter),
-            map=None,
-            map_50=None,
-            map_5095=None,
-            metric=METRIC_NAMES[paper_dataset],
-            final_loss=None if diverged else recorder.final_loss or _last_loss(recorder),
-            diverged=diverged,
-            ms_per_iter=recorder.ms_per_iter(),
-            config=str(path),
-        )
-        if not diverged:
-            result.__dict__.update(scores(recorder.metrics))
-            if recorder.validated and result.map_50 is None:
-                # CocoMetric returns nothing when no box clears the test score threshold: that is mAP 0
-                result.map_50 = result.map_5095 = 0.0
-                result.note = "no detections on the validation set: mAP 0"
-            _choose_map(result)
-        if profile != "paper":
-            _FINISHED[memo_key] = (paper_dataset, result)
-        return result
-    finally:
-        del runner
-        _release(name)
-        if temp:
-            shutil.rmtree(work, ignore_errors=True)
+
+    def build(work: str) -> Config:
+        return build_config(path, method, profile, seed, method_options, data_root, work, checkpoints=keep)
+
+    result = run_config(
+        build,
+        task=TASK, model=model, method=method, method_options=method_options, profile=profile,
+        paper_dataset=paper_dataset, seed=seed, work_dir=work_dir, cfg_options=cfg_options,
+        dataset=lambda cfg: DD.NAME if cfg.get("embedded_data") == DD.NAME else paper_dataset,
+        scores=lambda recorder, diverged: _run_scores(recorder, diverged, paper_dataset, path),
+    )  # fmt: skip
+    if profile != "paper":
+        _FINISHED[memo_key] = (paper_dataset, result)
+    return result
 
 
-def _last_loss(recorder: DetRunRecorder) -> float | None:
-    return recorder.epoch_losses[-1] if recorder.epoch_losses else None  # iteration-based (smoke) runs
-
-
-def _choose_map(result: RunResult) -> None:
-    """`map` is the paper dataset's metric; a user's VOC config under the default "coco" gets AP@0.5."""
-    result.metric = METRIC_NAMES[result.paper_dataset]
-    if result.diverged:
-        result.map = None
-    elif result.paper_dataset == "coco" and result.map_5095 is not None:
-        result.map = result.map_5095
-    else:
-        result.map = result.map_50
-        if result.paper_dataset == "coco" and result.map_50 is not None:
-            result.metric = "AP@0.5 (the config's evaluator gives no AP@[.5:.95])"
-
-
-def _rescore(done: RunResult, paper_dataset: str, trained_for: str) -> RunResult:
-    out = RunResult(**{**asdict(done), "paper_dataset": paper_dataset})
-    _choose_map(out)
-    if paper_dataset != trained_for:
-        out.shared_run = f"the {trained_for} cell's training run, scored as {paper_dataset}"
+def _run_scores(recorder: RunRecorder, diverged: bool, paper_dataset: str, path: Path) -> dict[str, Any]:
+    """map (chosen by _choose_map), map_50, map_5095, metric, the config file, a note, and shared_run
+    (set when a cell reuses a run trained for another paper dataset)."""
+    out: dict[str, Any] = dict(map_50=None, map_5095=None, config=str(path), shared_run=None, note=None)
+    if not diverged:
+        out.update(map_scores(recorder.metrics))
+        if recorder.validated and out["map_50"] is None:
+            # CocoMetric returns nothing when no box clears the test score threshold: that is mAP 0
+            out["map_50"] = out["map_5095"] = 0.0
+            out["note"] = "no detections on the validation set: mAP 0"
+    _choose_map(out, paper_dataset, diverged)
     return out
 
 
-def summary(result: RunResult) -> str:
-    head = f"{result.task} {result.model} {result.method} ({result.profile}, {result.dataset}, "
-    head += f"seed {result.seed}):"
-    timing = f"{result.iters} iters, {result.ms_per_iter:.1f} ms/iter"
-    if result.diverged:
-        return f"{head} diverged after {timing}"
-    parts = [
-        f"{k} {v:.2f}"
-        for k, v in (("mAP@[.5:.95]", result.map_5095), ("mAP@.5", result.map_50))
-        if v is not None
-    ]
-    loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
-    return f"{head} {', '.join(parts) or 'no metric'}, final loss {loss}, {timing}"
+def _choose_map(out: dict[str, Any], paper_dataset: str, diverged: bool) -> None:
+    """`map` is the paper dataset's metric; a user's VOC config under the default "coco" gets AP@0.5."""
+    out["metric"] = METRIC_NAMES[paper_dataset]
+    if diverged:
+        out["map"] = None
+    elif paper_dataset == "coco" and out["map_5095"] is not None:
+        out["map"] = out["map_5095"]
+    else:
+        out["map"] = out["map_50"]
+        if paper_dataset == "coco" and out["map_50"] is not None:
+            out["metric"] = "AP@0.5 (the config's evaluator gives no AP@[.5:.95])"
+
+
+def _rescore(done: RunResult, paper_dataset: str, trained_for: str) -> RunResult:
+    out = dataclasses.replace(done, paper_dataset=paper_dataset, scores=dict(done.scores))
+    _choose_map(out.scores, paper_dataset, done.diverged)
+    if paper_dataset != trained_for:
+        out.scores["shared_run"] = f"the {trained_for} cell's training run, scored as {paper_dataset}"
+    return out
 
 
 def main(argv=None) -> int:

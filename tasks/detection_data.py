@@ -1,8 +1,7 @@
 """The embedded detection set: generated shapes in COCO's on-disk format, read by MMDetection itself.
 
-``ensure_shapes_det()`` makes it once, on first use, in the data cache (``~/.cache/int8-repro/data``, env
-``REPRO_DATA_CACHE`` or the ``cache`` argument), written to a temporary folder and renamed into place
-like the classification stand-ins (tasks.datasets), so a killed run never leaves half a dataset:
+``ensure_shapes_det()`` makes it once, on first use, in the data cache (tasks.data_cache, atomically,
+like every stand-in):
 
     shapes-det-v1/
       train/000000.png ...        TRAIN_IMAGES RGB images, IMAGE_SIZE x IMAGE_SIZE
@@ -28,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tasks.datasets import _read_manifest, _write_atomically, cache_dir
+from tasks.data_cache import cache_dir, ensure_set
 
 NAME = "shapes-det"
 VERSION = 1
@@ -159,11 +158,4 @@ def _write(out: Path, seed: int = 0) -> dict:
 
 def ensure_shapes_det(cache=None) -> Path:
     """The set's folder, made on first use (atomically)."""
-    out = folder(cache)
-    if _read_manifest(out) is None:
-        if out.exists():  # a folder without a manifest is not ours to trust; rebuild it
-            import shutil
-
-            shutil.rmtree(out)
-        _write_atomically(out, _write)
-    return out
+    return ensure_set(NAME, VERSION, _write, cache)

@@ -7,10 +7,8 @@ Never with pretrained weights. What each name is:
 - alexnet, vgg16, resnet18, resnet34, resnet50, mobilenet_v2, inception_v3: torchvision's models
   (``weights=None``), with ``num_classes`` set. ``vgg16`` is the plain VGG-16 (no batch norm), the
   network the papers name; ``vgg16_bn`` is torchvision's VGG-16 with batch norm. Plain VGG-16 does not
-  train from scratch within the embedded profile's budget (on digits, 132 iterations of batch 32: lr
-  0.01 ends at chance-level loss, lr 0.05 reaches 30-57% depending on where its loss plateau ends, lr
-  0.1 stays at chance), so the embedded and smoke profiles train ``vgg16_bn`` for the table row
-  "VGG-16" (80% at lr 0.05 in the same 132 iterations); the paper profile trains the plain ``vgg16``.
+  train from scratch within the embedded profile's budget, so the embedded and smoke profiles train
+  ``vgg16_bn`` for the table row "VGG-16" (docs/measurements.md); the paper profile trains ``vgg16``.
   InceptionV3 has ``aux_logits=False`` and ``transform_input=False`` and needs inputs >= 75 px.
 - AlexNet and VGG-16 end in an adaptive average pool to 6x6 / 7x7 before a 4096-4096 classifier, sized
   for 224 px inputs. When their feature map is 1x1 (AlexNet below 95 px, VGG-16 below 64 px: the

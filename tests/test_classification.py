@@ -11,17 +11,11 @@ from torch import nn
 
 import repro
 from repro.layers import quantizable_layers
+from tables.command import main as main_command
 from tasks import get_task, list_tasks
 from tasks import models as M
-from tasks.classification import (
-    RECIPE_VERSION,
-    RunResult,
-    _check_loss,
-    build_config,
-    input_size,
-    recipe,
-    run,
-)
+from tasks.classification import RECIPE_VERSION, build_config, input_size, recipe, run
+from tasks.runner import RunResult, check_loss
 
 
 @pytest.fixture(autouse=True)
@@ -129,7 +123,7 @@ def test_small_scale_substitutions_are_in_the_config_and_not_at_paper_scale(tmp_
 
 
 def test_multistep_milestones_in_fractional_epochs_become_whole_iterations():
-    from tasks.classification import EpochMultiStepLR
+    from tasks.top1 import EpochMultiStepLR
 
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = EpochMultiStepLR.build_iter_from_epoch(opt, milestones=[1.0, 1.5], epoch_length=44, gamma=0.1)
@@ -169,10 +163,10 @@ def test_paper_profile_without_data_is_one_clear_line(tmp_path):
 
 
 def test_check_loss_stops_on_nan_and_inf():
-    _check_loss(torch.tensor(1.5))
+    check_loss(torch.tensor(1.5))
     for bad in (float("nan"), float("inf")):
         with pytest.raises(repro.NonFiniteError, match="non-finite training loss"):
-            _check_loss(torch.tensor(bad))
+            check_loss(torch.tensor(bad))
 
 
 # ------------------------------------------------------------------------------------------ smoke runs
@@ -222,7 +216,7 @@ def test_an_absurd_learning_rate_is_recorded_as_diverged(method):
 
 # ------------------------------------------------------------------------------------------------- CLI
 def test_cli_train_fp32_with_cfg_options(capsys):
-    from repro.cli import main
+    from tables.command import main
 
     argv = ["train", "--task", "classification", "--model", "mobilenet_v2", "--method", "fp32"]
     argv += ["--profile", "smoke", "--paper-dataset", "cifar10", "--seed", "2", "--json"]
@@ -239,7 +233,7 @@ def test_cli_train_fp32_with_cfg_options(capsys):
     [("--model", "resnet99", "model"), ("--method", "int4", "method"), ("--profile", "huge", "profile")],
 )
 def test_cli_bad_names_exit_2_with_one_line(capsys, flag, value, what):
-    from repro.cli import main
+    from tables.command import main
 
     argv = {"--model": "resnet18", "--method": "daiq", "--profile": "smoke"}
     argv[flag] = value
@@ -254,3 +248,18 @@ def test_module_entry_point_bad_name_exits_2(capsys):
 
     assert main(["--model", "resnet18", "--method", "int4", "--profile", "smoke"]) == 2
     assert "unknown method 'int4'; choose from" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["k=abc"], "error: option k of method daiq takes a number, got 'abc'"),
+        (["lam=2"], "error: lam is a probability threshold in [0, 1], got 2.0"),
+        (["alpha=1"], "error: method 'daiq' has no option alpha; its options: A, k, lam"),
+    ],
+)
+def test_cli_bad_method_options_exit_2_with_one_line(capsys, options, message):
+    argv = ["train", "--model", "resnet18", "--method", "daiq", "--profile", "smoke", "--method-options"]
+    assert main_command([*argv, *options]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == message

@@ -202,19 +202,6 @@ def test_every_backend_implements_the_interface(module):
     assert backend.missing(importlib.import_module(f"kernels.{module}")) == []
 
 
-def test_kernels_import_nothing_from_the_floors_above():
-    import ast
-    import pathlib
-
-    root = pathlib.Path(kernels.__file__).parent
-    for path in root.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            assert not any(n.split(".")[0] in ("repro", "tasks", "tables") for n in names), path
-
-
 def test_philox_mirror_of_the_tests_is_the_shared_stream():
     """The mirror's first words equal a direct Philox call (the element -> counter mapping)."""
     u = philox_mirror.uniforms((2, 5), 7, 11)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torchvision.datasets import CIFAR10, ImageFolder
 
+from tasks import data_cache as C
 from tasks import datasets as D
 
 
@@ -18,16 +19,16 @@ def cache(tmp_path_factory):
 
 
 def test_cache_dir_order(monkeypatch, tmp_path):
-    monkeypatch.delenv(D.CACHE_ENV, raising=False)
-    assert D.cache_dir() == D.DEFAULT_CACHE.expanduser()
-    monkeypatch.setenv(D.CACHE_ENV, str(tmp_path / "env"))
-    assert D.cache_dir() == tmp_path / "env"
-    assert D.cache_dir(tmp_path / "arg") == tmp_path / "arg"
+    monkeypatch.delenv(C.CACHE_ENV, raising=False)
+    assert C.cache_dir() == C.DEFAULT_CACHE.expanduser()
+    monkeypatch.setenv(C.CACHE_ENV, str(tmp_path / "env"))
+    assert C.cache_dir() == tmp_path / "env"
+    assert C.cache_dir(tmp_path / "arg") == tmp_path / "arg"
 
 
 def test_digits_is_an_imagefolder_of_real_digits_written_once(cache):
     root = D.ensure_digits(cache)
-    manifest = (root / D.MANIFEST).stat().st_mtime_ns
+    manifest = (root / C.MANIFEST).stat().st_mtime_ns
     train, val = ImageFolder(str(root / "train")), ImageFolder(str(root / "val"))
     assert (len(train), len(val)) == (1437, 360)
     assert train.classes == [str(d) for d in range(10)]
@@ -44,7 +45,7 @@ def test_digits_is_an_imagefolder_of_real_digits_written_once(cache):
         counts = np.bincount(ds.targets, minlength=10)
         assert counts.min() > 0 and counts.max() - counts.min() <= 0.05 * len(ds)
     assert D.ensure_digits(cache) == root
-    assert (root / D.MANIFEST).stat().st_mtime_ns == manifest  # not rewritten
+    assert (root / C.MANIFEST).stat().st_mtime_ns == manifest  # not rewritten
     assert not [p for p in root.parent.iterdir() if ".tmp-" in p.name]
 
 
@@ -101,12 +102,12 @@ def test_a_killed_write_leaves_nothing_and_a_half_folder_is_rebuilt(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        D._write_atomically(tmp_path / "digits-v1", killed)
+        C.write_set(tmp_path / "digits-v1", killed)
     assert list(tmp_path.iterdir()) == []
     # a folder without a manifest (not made by us, or by an older interrupted version) is rebuilt
     (tmp_path / f"digits-v{D.VERSIONS['digits']}" / "train").mkdir(parents=True)
     root = D.ensure_digits(tmp_path)
-    assert (root / D.MANIFEST).is_file() and len(ImageFolder(str(root / "val"))) == 360
+    assert (root / C.MANIFEST).is_file() and len(ImageFolder(str(root / "val"))) == 360
 
 
 def test_missing_roots_are_one_clear_line(tmp_path):
@@ -118,3 +119,15 @@ def test_missing_roots_are_one_clear_line(tmp_path):
         D.image_folder(tmp_path, "train")
     msg = str(err.value)
     assert "\n" not in msg and "/train/<class>/" in msg and "/val/<class>/" in msg
+
+
+def test_two_writers_of_one_set_the_first_to_finish_wins(tmp_path):
+    first = C.write_set(tmp_path / "set-v1", lambda out: {"writer": 1})
+
+    def second(out):
+        (out / "data").write_text("2")
+        return {"writer": 2}
+
+    assert C.write_set(tmp_path / "set-v1", second) == first  # the finished set is kept, not replaced
+    assert not (tmp_path / "set-v1" / "data").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["set-v1"]  # the loser's folder is gone

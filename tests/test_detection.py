@@ -22,6 +22,7 @@ from repro.hooks import Int8TrainingHook
 from repro.layers import quantizable_layers
 from tasks import detection as D
 from tasks import detection_data as DD
+from tasks.runner import train
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +182,7 @@ def _train(cache, work_dir, iters, **cfg_options):
     cfg.custom_hooks = [*cfg.custom_hooks, dict(type="ReproTestCapture")]
     cfg.val_dataloader = cfg.val_cfg = cfg.val_evaluator = None  # training and checkpoints only
     cfg.merge_from_dict(cfg_options)
-    runner, _, diverged = D.train(cfg)
+    runner, _, diverged = train(cfg)
     return runner, next(h for h in runner.hooks if isinstance(h, Capture)), diverged
 
 

@@ -150,3 +150,58 @@ def test_ui8_periodic_update_reoptimises_only_every_period():
 
 def test_fp32_does_not_quantize():
     assert build_method("fp32").make_layer_quantizer().quantizes is False
+
+
+# ------------------------------------------------------------------------------------ typed options
+@pytest.mark.parametrize(
+    "method, options, message",
+    [
+        ("daiq", {"k": "abc"}, "option k of method daiq takes a number, got 'abc'"),
+        ("daiq", {"A": True}, "option A of method daiq takes a number, got True"),
+        ("ui8", {"period": 1.5}, "option period of method ui8 takes an integer, got 1.5"),
+        ("ui8", {"clip": "maybe"}, "option clip of method ui8 takes true or false, got 'maybe'"),
+        ("ui8", {"clip": 1}, "option clip of method ui8 takes true or false, got 1"),
+        ("wageubn", {"quantize_only": 3}, "option quantize_only of method wageubn takes a string or none"),
+    ],
+)
+def test_an_option_of_the_wrong_type_is_one_line_naming_it(method, options, message):
+    with pytest.raises(ValueError) as err:
+        build_method(method, **options)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_options_take_the_types_of_the_defaults():
+    assert build_method("daiq", k="1.5", A=1).opts == {"k": 1.5, "A": 1.0, "lam": 0.3}
+    ui8 = build_method("ui8", period="10", clip="false", lr_scaling="True").opts
+    assert (ui8["period"], ui8["clip"], ui8["lr_scaling"]) == (10, False, True)
+    assert build_method("ui8", period=20.0).opts["period"] == 20
+    assert build_method("wageubn", quantize_only="none").opts["quantize_only"] is None
+    assert build_method("wageubn", quantize_only="BN").parts == {"BN"}
+    with pytest.raises(ValueError, match="lam is a probability"):  # a value of the right type, checked
+        build_method("daiq", lam="2")
+
+
+def test_a_wrong_option_fails_when_the_hook_is_built():
+    from mmengine.registry import HOOKS
+
+    import repro.hooks  # noqa: F401  (registers Int8TrainingHook)
+
+    with pytest.raises(ValueError, match="option k of method daiq takes a number, got 'abc'"):
+        HOOKS.build(dict(type="Int8TrainingHook", method="daiq", k="abc"))
+
+
+# ------------------------------------------------------------------------------- registry, capabilities
+def test_every_module_and_folder_of_repro_methods_registers_a_method():
+    import pkgutil
+
+    import repro.methods as package
+    from repro.methods import METHODS, NOT_METHODS
+
+    found = {m.name for m in pkgutil.iter_modules(package.__path__)} - set(NOT_METHODS)
+    registered_from = {cls.__module__.split(".")[2] for cls in METHODS.values()}
+    assert found == registered_from and {"wageubn", "fp8"} <= found
+
+
+def test_only_methods_whose_layers_scale_learning_rates_say_so():
+    scaling = [name for name in list_methods() if build_method(name).scales_learning_rates]
+    assert scaling == ["ui8"]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from kernels import devices
-from repro.cli import main as repro_main
+from tables.command import main as repro_main
 from tables.specs import SPEED_SPECS, get_spec
 from tables.speed import TimingCell, generate_speed, make_cell
 

@@ -14,10 +14,10 @@ import warnings
 import pandas as pd
 import pytest
 
-from repro.cli import main as repro_main
 from repro.methods import build_method, list_methods
 from repro.quant import NonFiniteError
 from tables.cells import Cache, Cell, normalize_options, row_blocker
+from tables.command import main as repro_main
 from tables.generate import generate
 from tables.render import CSV_COLUMNS
 from tables.spec import Row, Source
@@ -580,3 +580,15 @@ def test_table4_end_to_end_at_smoke_profile(tmp_path):
     assert again.ran == 0
     # The 3-minute smoke budget is a measurement to report, not a timed assertion (shared, noisy machines).
     print(f"\ntable4 at smoke: {elapsed:.0f} s for {out.ran} cells")
+
+
+def test_cli_a_row_option_of_the_wrong_type_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    import tables.specs
+
+    spec = SPECS["table4"]
+    row = next(r for r in spec.rows if r.method == "daiq")
+    bad = dataclasses.replace(spec, rows=[dataclasses.replace(row, options={"k": "abc"})])
+    monkeypatch.setitem(tables.specs.SPECS, "table4", bad)
+    assert repro_main(["table", "table4", "--profile", "smoke", "--results-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == "error: option k of method daiq takes a number, got 'abc'"
+    assert not (tmp_path / "cache").exists()  # refused before any cell ran

@@ -22,7 +22,9 @@ import repro
 from kernels import cpu, reference
 from repro.layers import Int8Layer, method_state_dict
 from repro.quant import absmax, dequantize, quantize
-from tasks import video_data as VD
+from tasks import motion_sets as MS
+from tasks import video_lists as VL
+from tasks import video_loader as VD
 from tasks.video_models import build_video_model
 
 # (kernel, stride, padding, input T x H x W): the convolutions of torchvision's video ResNets
@@ -127,22 +129,22 @@ def test_one_int8_training_step_of_each_model(name, monkeypatch):
     assert len(state) == n_int8
 
 
-def _small(name: str, train: int, val: int) -> VD.MotionSet:
-    return dataclasses.replace(VD.MOTION_SETS[name], train_per_class=train, val_per_class=val, per_group=5)
+def _small(name: str, train: int, val: int) -> MS.MotionSet:
+    return dataclasses.replace(MS.MOTION_SETS[name], train_per_class=train, val_per_class=val, per_group=5)
 
 
 def test_frame_folder_loaders_read_the_generated_layouts(tmp_path):
     ucf, kin = tmp_path / "ucf", tmp_path / "kin"
     for out, spec in ((ucf, _small("motion10", 10, 5)), (kin, _small("motion20", 2, 1))):
         out.mkdir()
-        manifest = VD._write_motion(spec, out)
+        manifest = MS._write_motion(spec, out)
         assert manifest["num_train"] == len(spec.classes) * spec.train_per_class
     # read back as UCF-101 split 1 and Kinetics-400 (the real-data code path)
-    videos, classes = VD.ucf101_videos(ucf, "train")
+    videos, classes = VL.ucf101_videos(ucf, "train")
     assert len(classes) == 10 and len(videos) == 100 and classes[8] == "circle_cw"
-    test_videos, _ = VD.ucf101_videos(ucf, "val")
+    test_videos, _ = VL.ucf101_videos(ucf, "val")
     assert {v.frames.name.split("_g")[1][:2] for v in test_videos} == {"01"}  # group 1 is split 1's test
-    ds = VD.FrameClipDataset(VD.UCF101, "val", str(ucf), clip_len=8, input_size=32)
+    ds = VD.FrameClipDataset(VL.UCF101, "val", str(ucf), clip_len=8, input_size=32)
     item = ds[0]
     assert item["inputs"].shape == (3, 8, 32, 32) and item["inputs"].dtype == torch.float32
     assert item["labels"] == 0 and len(ds) == 50 and ds.num_frames(0) == 8
@@ -151,28 +153,28 @@ def test_frame_folder_loaders_read_the_generated_layouts(tmp_path):
     per_clip = ds[0]["inputs"]
     assert per_clip.mean(dim=(1, 2, 3)).abs().max() < 1e-4
     assert (per_clip.std(dim=(1, 2, 3)) - 1).abs().max() < 0.05  # std + PER_CLIP_EPS
-    kds = VD.FrameClipDataset(VD.KINETICS400, "train", str(kin), clip_len=4, frame_interval=2, input_size=16)
+    kds = VD.FrameClipDataset(VL.KINETICS400, "train", str(kin), clip_len=4, frame_interval=2, input_size=16)
     assert len(kds) == 40 and len(kds.classes) == 20 and kds.classes[19] == "circle_ccw_fast"
     assert kds[39]["inputs"].shape == (3, 4, 16, 16) and kds[39]["labels"] == 19
     assert kds.frame_indices(0) == [0, 2, 4, 6]
     # paper-style sampling: a random window, short side resized, random crop and flip
     paper = VD.FrameClipDataset(
-        VD.KINETICS400, "train", str(kin), clip_len=3, input_size=20, resize=24, augment=True
+        VL.KINETICS400, "train", str(kin), clip_len=3, input_size=20, resize=24, augment=True
     )
     assert paper[0]["inputs"].shape == (3, 3, 20, 20)
     assert paper.frame_indices(0, np.random.default_rng(0))[0] in range(6)
-    limited = VD.FrameClipDataset(VD.UCF101, "train", str(ucf), limit=20)
+    limited = VD.FrameClipDataset(VL.UCF101, "train", str(ucf), limit=20)
     assert sorted(limited.targets) == sorted(list(range(10)) * 2)
 
 
 def test_missing_data_is_one_line_naming_the_layout(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"UCF-101 not found .*ucfTrainTestlist/classInd.txt") as err:
-        VD.FrameClipDataset(VD.UCF101, "train", str(tmp_path))
+        VD.FrameClipDataset(VL.UCF101, "train", str(tmp_path))
     assert "\n" not in str(err.value)
     with pytest.raises(FileNotFoundError, match=r"Kinetics-400 not found .*kinetics400_train_list_rawframes"):
-        VD.FrameClipDataset(VD.KINETICS400, "train", str(tmp_path))
+        VD.FrameClipDataset(VL.KINETICS400, "train", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="needs a data root"):
-        VD.FrameClipDataset(VD.UCF101, "train", None)
+        VD.FrameClipDataset(VL.UCF101, "train", None)
 
 
 def _step(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -185,9 +187,9 @@ def _step(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("cls,direction", [(0, (1, 0)), (2, (0, -1)), (5, (-1, 1))])  # E, N, SW
 def test_the_class_is_the_motion_not_the_first_frame(cls, direction):
-    spec = VD.MOTION_SETS["motion10"]
-    clip = VD.render_clip(spec, cls, np.random.default_rng(7))
-    other = VD.render_clip(spec, (cls + 4) % 8, np.random.default_rng(7))  # the opposite direction
+    spec = MS.MOTION_SETS["motion10"]
+    clip = MS.render_clip(spec, cls, np.random.default_rng(7))
+    other = MS.render_clip(spec, (cls + 4) % 8, np.random.default_rng(7))  # the opposite direction
     assert np.array_equal(clip[0], other[0]) and not np.array_equal(clip[-1], other[-1])
     mean_step = np.mean([_step(a, b) for a, b in zip(clip[:-1], clip[1:], strict=True)], axis=0)
     speed = np.linalg.norm(mean_step)
@@ -197,7 +199,7 @@ def test_the_class_is_the_motion_not_the_first_frame(cls, direction):
 
 
 def test_video_task_smoke_run_and_cli(capsys):
-    from repro.cli import main
+    from tables.command import main
     from tasks import get_task
 
     task = get_task("video")

@@ -16,10 +16,10 @@ from torch.utils.data import Dataset
 
 import repro
 import repro.hooks  # noqa: F401  (registers Int8TrainingHook)
-from repro.fixed_point import CQ, QW, SQ, Q, R, Sd, dr_for, flag_qe2, norm, quantized_lr
 from repro.methods import build_method
-from repro.norm_layers import QBatchNorm2d, QReLU
-from repro.optim import FixedPointMomentum
+from repro.methods.wageubn.fixed_point import CQ, QW, SQ, Q, R, Sd, dr_for, flag_qe2, norm, quantized_lr
+from repro.methods.wageubn.norm_layers import QBatchNorm2d, QReLU
+from repro.methods.wageubn.optim import FixedPointMomentum
 
 T = torch.tensor
 

@@ -1,12 +1,19 @@
-"""The registry of training methods: one module per method, each registering itself by name."""
+"""The registry of training methods: one module, or one folder when it has helpers, per method.
+
+Every module and folder here but `base` and `options` is a method: it is imported below and registers
+its classes by name (`@register`), so adding a method is adding its file or its folder, nothing else.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
 from repro.methods.base import GradCodes, LayerQuantizer, Method
 
 METHODS: dict[str, type[Method]] = {}
+NOT_METHODS = ("base", "options")  # what every method shares
 
 
 def register(cls: type[Method]) -> type[Method]:
@@ -31,7 +38,8 @@ def build_method(method: str | Method, **options: Any) -> Method:
     return METHODS[method](**options)
 
 
-# Importing the modules registers the methods.
-from repro.methods import afp, daiq, dorefa, fp8, fp32, gq, ui8, wage, wageubn  # noqa: E402, F401
+for _found in pkgutil.iter_modules(__path__):
+    if _found.name not in NOT_METHODS:
+        importlib.import_module(f"{__name__}.{_found.name}")
 
 __all__ = ["GradCodes", "LayerQuantizer", "Method", "METHODS", "build_method", "list_methods", "register"]

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 import kernels
+from repro.methods.options import typed_options
 
 
 @dataclass
@@ -91,16 +92,25 @@ class Method:
         if unknown:
             known = ", ".join(sorted(self.defaults)) or "none"
             raise ValueError(f"method {self.name!r} has no option {', '.join(unknown)}; its options: {known}")
-        self.opts = {**self.defaults, **options}
+        # each option takes the type of its default (repro.methods.options): "1.5" from a command line
+        # is 1.5, "abc" for a number is one clear ValueError before validate() compares it
+        self.opts = {**self.defaults, **typed_options(self.name, self.defaults, options)}
         self.validate()
 
     def validate(self) -> None:
-        """Check option values; raise ValueError naming the bad one."""
+        """Check option values (already of their defaults' types); raise ValueError naming the bad one."""
 
     def make_layer_quantizer(self) -> LayerQuantizer:
         return self.layer_quantizer(self)
 
-    # Optional capabilities (WAGEUBN uses them; the defaults do nothing).
+    # Capabilities: what a method does besides quantizing layers, declared here and asked by the hook
+    # and quantize_model (never a method's name). The defaults do nothing.
+    @property
+    def scales_learning_rates(self) -> bool:
+        """Whether its layers scale their own learning rates (a LayerQuantizer overriding lr_scale:
+        UI8's phi(d_c))."""
+        return self.layer_quantizer.lr_scale is not LayerQuantizer.lr_scale
+
     def module_swaps(self) -> dict[type, type]:
         """Other module classes this method replaces (float class -> quantized subclass, e.g. BatchNorm2d);
         quantize_model swaps them everywhere, keeping Parameters and state_dict keys, and sets
@@ -111,8 +121,10 @@ class Method:
         """A replacement for `optimizer` over its param groups (Int8TrainingHook installs it), or None."""
         return None
 
-    def recipe_overrides(self, profile: str) -> dict[str, Any]:
-        """Training-recipe entries (lr, batch_size, ...) a method's own paper prescribes at a profile."""
+    @classmethod
+    def recipe_overrides(cls, profile: str) -> dict[str, Any]:
+        """Training-recipe entries (lr, batch_size, ...) a method's own paper prescribes at a profile, for
+        any options (a class method: a task's config is built without building the method)."""
         return {}
 
     def set_progress(self, iteration: int, max_iters: int) -> None:

@@ -1,4 +1,13 @@
-"""The `repro` command: methods, step-time, train (tasks.cli) and table (tables.cli)."""
+"""The `repro` command, on the top floor because it joins every floor below:
+
+    repro methods      the registered methods and their options (repro.methods)
+    repro step-time    one training step per method, timed side by side (repro.steptime)
+    repro train        one training run of a task (tasks.cli)
+    repro table NAME   one paper table (tables.cli)
+
+A ValueError from any of them (an unknown name, a method option of the wrong type) is one line on
+stderr and exit status 2, as argparse's own usage errors.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +15,8 @@ import argparse
 import sys
 
 from repro.methods import METHODS, list_methods
+from tables.cli import add_table_parser
+from tasks.cli import add_train_parser
 
 
 def cmd_methods(args) -> int:
@@ -45,9 +56,6 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--rounds", type=int, default=5)
     p.set_defaults(func=cmd_step_time)
-    from tables.cli import add_table_parser
-    from tasks.cli import add_train_parser
-
     add_train_parser(sub)
     add_table_parser(sub)
     args = parser.parse_args(argv)

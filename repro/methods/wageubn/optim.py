@@ -7,10 +7,10 @@ gradient g_q (CQ for W, Q(., 15) for gamma/beta, applied in the backward pass):
     Acc_i,q = Q(Acc_i, kAcc)                 (eq. 21), the stored accumulation
     W       = Q(W - lr_q * Acc_i, kWU)       (eq. 23; W is stored with kWU bits, eq. 9)
 
-lr_q = Q(lr, klr) of the learning rate the scheduler put in the parameter's group (repro.fixed_point.
-quantized_lr). The update uses the unquantized Acc_i and the stored accumulation is Acc_i,q, as eq. 23
-and the authors' code (the momentum slot is quantized after the step) do; the weights are re-stored with
-Q(W, kWU) unclipped, as the authors' code (fBits(w, 24)), so gamma can exceed 1.
+lr_q = Q(lr, klr) of the learning rate the scheduler put in the parameter's group
+(fixed_point.quantized_lr). The update uses the unquantized Acc_i and the stored accumulation is
+Acc_i,q, as eq. 23 and the authors' code (the momentum slot is quantized after the step) do; the
+weights are re-stored with Q(W, kWU) unclipped, as the authors' code (fBits(w, 24)), so gamma can exceed 1.
 No weight decay on fixed-point parameters: the paper's update has none (its authors' code adds 1e-4 L2
 to the loss before CQ, where, next to max|g| normalization, it falls below CQ's resolution).
 Every other parameter (the full-precision first and last layers) takes a float momentum step with the
@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 import torch
 
-from repro.fixed_point import Q, quantized_lr
+from repro.methods.wageubn.fixed_point import Q, quantized_lr
 
 
 class FixedPointMomentum(torch.optim.Optimizer):

@@ -1,5 +1,5 @@
 """fp8: FP8 training (Wang et al., NeurIPS 2018, "Training Deep Neural Networks with 8-bit Floating Point
-Numbers"). Simulated: float32 tensors holding FP8 / FP16 values (repro.fp8).
+Numbers"). Simulated: float32 tensors holding FP8 / FP16 values (formats.py).
 
 What is simulated, at the points the paper puts it (its Fig. 2 data flow):
 - W, A (the operands of the forward product) rounded to FP8 (1-5-2), round to nearest.
@@ -25,9 +25,9 @@ import math
 import torch
 from torch import nn
 
-from repro.fp8 import FP8, FP16, round_to
 from repro.methods import register
 from repro.methods.base import LayerQuantizer, Method
+from repro.methods.fp8.formats import FP8, FP16, round_to
 from repro.ste import grad_quant, ste
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from repro.fixed_point import SQ, Q
+from repro.methods.wageubn.fixed_point import SQ, Q
 from repro.ste import grad_quant, ste
 
 

@@ -1,15 +1,15 @@
 """wageubn, wageubn-e2-16: WAGEUBN (Yang et al., Neural Networks 2020), every data path quantized.
 
-Where each quantizer acts (sec. III-D/E, Algorithms 1-2; functions in repro.fixed_point):
+Where each quantizer acts (sec. III-D/E, Algorithms 1-2; functions in fixed_point.py):
 - W: the quantized conv/linear layers compute with QW(W, kW = 8) (eq. 10).
-- BN: swapped BatchNorm (repro.norm_layers): mu, sigma with 16 bits, x_hat with kBN = 16, gamma, beta
+- BN: swapped BatchNorm (norm_layers.py): mu, sigma with 16 bits, x_hat with kBN = 16, gamma, beta
   with 8 bits (eq. 12-13; sec. IV-A).
 - A: swapped ReLU: Q(relu(x), kA = 8) (eq. 14).
 - E1: swapped ReLU, backward: SQ(e, 8) on the error entering the activation (eq. 15).
 - E2: the error at each quantized layer's output (between conv and BN): Flag QE2 with kE2 = 8 (eq. 17;
   `wageubn`) or SQ(e, 16) (eq. 16; `wageubn-e2-16`, Table I's "16-bit E2").
 - G: weight gradients CQ(gW) with kGC = 15 and d_r = 2^(k-1) (eq. 7, 18); g_gamma, g_beta Q(., 15).
-- U: repro.optim.FixedPointMomentum: Mom = 0.75 (kMom = 3), kAcc = 13, klr = 10, kWU = 24 (eq. 20-24).
+- U: optim.FixedPointMomentum: Mom = 0.75 (kMom = 3), kAcc = 13, klr = 10, kWU = 24 (eq. 20-24).
 The first and last Conv/Linear layers stay full precision (quantize_model's skip rule); every BatchNorm
 and ReLU is swapped, as in the authors' resnet_model.py, where the first block's BN-ReLU after the
 float first convolution is quantized.
@@ -42,11 +42,11 @@ import math
 import torch
 from torch import nn
 
-from repro.fixed_point import CQ, QW, SQ, Q, dr_for, flag_qe2
 from repro.methods import register
 from repro.methods.base import LayerQuantizer, Method
-from repro.norm_layers import BN_SWAPS, RELU_SWAPS, BnQuant, QBatchNormMixin, ReluQuant
-from repro.optim import FixedPointMomentum
+from repro.methods.wageubn.fixed_point import CQ, QW, SQ, Q, dr_for, flag_qe2
+from repro.methods.wageubn.norm_layers import BN_SWAPS, RELU_SWAPS, BnQuant, QBatchNormMixin, ReluQuant
+from repro.methods.wageubn.optim import FixedPointMomentum
 from repro.ste import grad_quant, ste
 
 PARTS = ("W", "BN", "A", "GW", "E1", "E2")
@@ -112,7 +112,8 @@ class Wageubn(Method):
             swaps.update(RELU_SWAPS)
         return swaps
 
-    def recipe_overrides(self, profile: str) -> dict:
+    @classmethod
+    def recipe_overrides(cls, profile: str) -> dict:
         """The paper profile trains with WAGEUBN's recipe (sec. IV-B): batch 128, lr 0.05 -> Q = 26 x 2^-9
         (the authors' initial rate; the task's x0.1 milestones give 3 and 1 x 2^-9 after, their code
         3, 2, 1 x 2^-9). The short profiles keep the task's recipe (lr quantized to klr bits)."""

@@ -1,0 +1,186 @@
+"""What the top-1 tasks (classification, video) share: the classifier protocol, the top-1 metric, the
+schedules, and the Runner config entries a recipe becomes.
+
+A recipe (tasks.recipes) becomes the Runner config's schedule, optimizer, data loaders and hooks here;
+the task adds its model and datasets. The INT8 switch is one hook,
+``custom_hooks=[dict(type="Int8TrainingHook", method=..., **method_options)]``; ``fp32`` goes through
+the same hook and the same layer classes. Top-1 is the accuracy (%) on the validation split after the
+last epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from mmengine.evaluator import BaseMetric
+from mmengine.model import BaseModel
+from mmengine.optim import MultiStepLR
+from mmengine.optim.scheduler.param_scheduler import INF
+from mmengine.registry import METRICS, PARAM_SCHEDULERS
+
+from tasks import PROFILES
+from tasks.runner import RunRecorder, RunResult, check_choice, checked_options, run_config
+
+
+class CrossEntropyClassifier(BaseModel):
+    """A classifier network `self.net` (set by the subclass) with cross-entropy loss, in MMEngine's
+    BaseModel protocol: mode "loss" -> {"loss"}, "predict" -> rows of (predicted class, label),
+    "tensor" -> logits."""
+
+    net: torch.nn.Module
+
+    def forward(self, inputs, labels=None, mode: str = "tensor"):
+        logits = self.net(inputs)
+        if mode == "loss":
+            return {"loss": F.cross_entropy(logits, labels)}
+        if mode == "predict":
+            return torch.stack([logits.argmax(dim=1), labels], dim=1)
+        return logits
+
+
+@METRICS.register_module(name="ReproTop1Accuracy", force=True)
+class Top1Accuracy(BaseMetric):
+    """Top-1 accuracy in % over the whole validation split (gathered across ranks): key "cls/top1"."""
+
+    default_prefix = "cls"
+
+    def process(self, data_batch, data_samples) -> None:
+        self.results.extend(int(row[0] == row[1]) for row in data_samples)
+
+    def compute_metrics(self, results: list) -> dict:
+        return {"top1": 100.0 * sum(results) / max(1, len(results))}
+
+
+@PARAM_SCHEDULERS.register_module(name="ReproMultiStepLR", force=True)
+class EpochMultiStepLR(MultiStepLR):
+    """MultiStepLR whose milestones, in (fractional) epochs, become whole iterations when converted."""
+
+    @classmethod
+    def build_iter_from_epoch(cls, *args, milestones, epoch_length=None, begin=0, **kwargs):
+        kwargs.pop("by_epoch", None)
+        end = kwargs.pop("end", INF)
+        iters = [max(1, round(m * epoch_length)) for m in milestones]
+        return cls(
+            *args,
+            milestones=iters,
+            begin=int(begin * epoch_length),
+            end=end if end == INF else int(end * epoch_length),
+            by_epoch=False,
+            **kwargs,
+        )
+
+
+def param_scheduler(r: dict[str, Any]) -> list[dict]:
+    if r["scheduler"] == "cosine":
+        return [dict(type="CosineAnnealingLR", by_epoch=True, T_max=r["epochs"], convert_to_iter_based=True)]
+    milestones = list(r["milestones"])
+    if all(isinstance(m, float) and m < 1 for m in milestones):  # fractions of the run, in epochs
+        milestones = [m * r["epochs"] for m in milestones]
+    # by epoch, converted to iterations so that fractional milestones of short runs fall mid-epoch
+    scheduler = dict(type="ReproMultiStepLR", by_epoch=True, milestones=milestones, gamma=0.1)
+    return [dict(scheduler, convert_to_iter_based=True)]
+
+
+def dataloaders(r: dict[str, Any], dataset: dict[str, Any], val_batch_size: int) -> dict[str, dict]:
+    """train_dataloader and val_dataloader: `dataset` (its type and arguments) read as the training split
+    (shuffled, augmented as the recipe says, at most train_limit items) and as the validation split."""
+    loader = dict(
+        num_workers=r["num_workers"],
+        persistent_workers=r["num_workers"] > 0,
+        collate_fn=dict(type="default_collate"),
+    )
+    return dict(
+        train_dataloader=dict(
+            loader,
+            batch_size=r["batch_size"],
+            drop_last=True,
+            sampler=dict(type="DefaultSampler", shuffle=True),
+            dataset=dict(dataset, split="train", augment=r["augment"], limit=r["train_limit"]),
+        ),
+        val_dataloader=dict(
+            loader,
+            batch_size=val_batch_size,
+            sampler=dict(type="DefaultSampler", shuffle=False),
+            dataset=dict(dataset, split="val", limit=r["val_limit"]),
+        ),
+    )
+
+
+def training_config(r: dict, method: str, method_options: dict | None, profile: str, seed: int) -> dict:
+    """The Runner config entries every top-1 task shares: schedule, optimizer, hooks (the INT8 switch and
+    the run recorder), seed, DDP wrapper and environment. The task adds its model, data and work_dir."""
+    return dict(
+        val_evaluator=dict(type="ReproTop1Accuracy"),
+        val_cfg=dict(),
+        train_cfg=dict(by_epoch=True, max_epochs=r["epochs"], val_interval=r["val_interval"]),
+        optim_wrapper=dict(
+            optimizer=dict(type="SGD", lr=r["lr"], momentum=r["momentum"], weight_decay=r["weight_decay"])
+        ),
+        param_scheduler=param_scheduler(r),
+        default_hooks=dict(
+            logger=dict(type="LoggerHook", interval=r["log_interval"]),
+            # paper: a checkpoint per epoch (resume=True works); the short profiles save none
+            checkpoint=dict(type="CheckpointHook", interval=1, max_keep_ckpts=2)
+            if profile == "paper"
+            else None,
+        ),
+        custom_hooks=[
+            # channels_last_out: only torch's own ops follow these networks' convolutions, and they take
+            # any layout (repro.layers.Int8Conv)
+            dict(type="Int8TrainingHook", method=method, channels_last_out=True, **(method_options or {})),
+            dict(type="ReproRunRecorder", warmup=r["warmup"]),
+        ],
+        randomness=dict(seed=seed),
+        launcher="none",
+        # used only when distributed; on a CPU-only machine DDP must not get device_ids (mmengine sets
+        # them to [LOCAL_RANK] unless the wrapper config says otherwise)
+        model_wrapper_cfg=dict(
+            type="MMDistributedDataParallel",
+            broadcast_buffers=False,
+            find_unused_parameters=False,
+            **({} if torch.cuda.is_available() else {"device_ids": None}),
+        ),
+        env_cfg=dict(
+            cudnn_benchmark=False,
+            dist_cfg=dict(backend="nccl" if torch.cuda.is_available() else "gloo"),
+        ),
+        log_level="WARNING" if profile == "smoke" else "INFO",
+        default_scope="mmengine",
+    )
+
+
+def top1_scores(recorder: RunRecorder, diverged: bool) -> dict[str, float | None]:
+    return {"top1": None if diverged else recorder.metrics.get("cls/top1")}
+
+
+def run_top1(
+    task: str,
+    build_config: Callable[..., dict],
+    *,
+    models: list[str],
+    paper_datasets: tuple[str, ...],
+    model: str,
+    method: str,
+    profile: str,
+    seed: int,
+    method_options: dict | None,
+    paper_dataset: str,
+    data_root: str | None,
+    work_dir: str | None,
+    cfg_options: dict | None,
+) -> RunResult:
+    """`run` of a top-1 task: check the names and options (one-line ValueErrors listing the choices),
+    then train build_config(...)'s Runner config through the shared harness."""
+    check_choice("profile", profile, PROFILES)
+    check_choice("model", model, models)
+    options = checked_options(method, method_options)
+    check_choice("paper_dataset", paper_dataset, paper_datasets)
+    return run_config(
+        lambda work: build_config(model, method, profile, seed, options, paper_dataset, data_root, work),
+        task=task, model=model, method=method, method_options=options, profile=profile,
+        paper_dataset=paper_dataset, seed=seed, work_dir=work_dir, cfg_options=cfg_options,
+        dataset=lambda cfg: cfg.train_dataloader.dataset.dataset, scores=top1_scores,
+    )  # fmt: skip

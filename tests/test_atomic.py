@@ -1,0 +1,38 @@
+"""kernels.atomic: the one atomic writer of files and folders every floor uses."""
+
+import os
+
+import pytest
+
+from kernels.atomic import write_file, write_folder
+
+
+def test_write_file_text_and_bytes_and_a_failed_rename_leaves_nothing(tmp_path, monkeypatch):
+    assert write_file(tmp_path / "a.txt", "text").read_text() == "text"
+    assert write_file(tmp_path / "b.bin", b"\x00\x01").read_bytes() == b"\x00\x01"
+    write_file(tmp_path / "a.txt", "new")  # replaces
+    assert (tmp_path / "a.txt").read_text() == "new"
+
+    def broken(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        write_file(tmp_path / "c.txt", "lost")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.bin"]
+
+
+def test_write_folder_appears_whole_or_not_at_all(tmp_path):
+    def fill(folder):
+        (folder / "x").write_text("1")
+
+    assert write_folder(tmp_path / "set", fill) is True
+    assert write_folder(tmp_path / "set", fill) is False  # taken: the second copy is discarded
+
+    def killed(folder):
+        (folder / "half").write_text("")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_folder(tmp_path / "other", killed)
+    assert [p.name for p in tmp_path.iterdir()] == ["set"]

@@ -1,0 +1,171 @@
+"""Nothing moved numerically: every Runner config a task builds, and every table cell's cache key, are
+those of commit 028db0b (before the training harness, the recipes and the methods were restructured).
+
+tests/golden/configs_028db0b.json was written by `snapshot()` below, run on that commit's code
+(`python tests/test_golden_configs.py OUT.json` in a checkout of it, with REPRO_DATA_CACHE set). It holds:
+
+- `configs`: the Runner config of each (task, network, profile, paper dataset, method) as canonical
+  JSON, with the per-run name, the work folder, the data root and the data cache replaced by
+  placeholders; everything a run reads (recipe, data, optimizer, schedule, hooks, seed) is in it;
+- `keys`: the cache key of every cell of every paper table at the smoke and embedded profiles (the
+  key hashes the task's RECIPE_VERSION and the method's normalized options, so finished cells stay
+  valid only if these are unchanged).
+
+The video configs at the embedded and smoke profiles of Kinetics-400 read the generated motion20 set,
+which takes a minute to make; the test leaves them out (UCF-101's, on motion10, are checked).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).parent / "golden" / "configs_028db0b.json"
+CLASSIFICATION_METHODS = {"fp32": {}, "daiq": {"k": 1.2}, "wageubn": {}}
+OTHER_METHODS = {"fp32": {}, "daiq": {"k": 1.2}}
+RUN_NAME = re.compile(r"-[0-9a-f]{8}\b")  # the random suffix of every run's experiment_name
+
+
+def _fake_video_roots(root: Path) -> dict[str, Path]:
+    """Minimal UCF-101 and Kinetics-400 frame-folder layouts (one class, one video) for the paper profile."""
+    ucf = root / "ucf101"
+    (ucf / "ucfTrainTestlist").mkdir(parents=True)
+    (ucf / "ucfTrainTestlist" / "classInd.txt").write_text("1 Walk\n")
+    (ucf / "ucfTrainTestlist" / "trainlist01.txt").write_text("Walk/v_Walk_g08_c01.avi 1\n")
+    (ucf / "ucfTrainTestlist" / "testlist01.txt").write_text("Walk/v_Walk_g01_c01.avi\n")
+    (ucf / "rawframes" / "Walk" / "v_Walk_g08_c01").mkdir(parents=True)
+    kin = root / "kinetics400"
+    (kin / "rawframes_train" / "walk" / "a").mkdir(parents=True)
+    (kin / "kinetics400_train_list_rawframes.txt").write_text("walk/a 8 0\n")
+    return {"ucf101": ucf, "kinetics400": kin}
+
+
+def _canonical(cfg, placeholders: dict[str, str]) -> str:
+    data = cfg.to_dict() if hasattr(cfg, "to_dict") else cfg
+    text = json.dumps(data, sort_keys=True, default=repr)
+    for path, name in sorted(placeholders.items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(path, name)
+    return RUN_NAME.sub("-<run>", text)
+
+
+def snapshot(root: Path, video_embedded_datasets=("ucf101", "kinetics400")) -> dict:
+    """Configs and cell keys of the code on sys.path; `root` is an empty scratch folder."""
+    import torch
+
+    from tables.generate import make_plan
+    from tables.spec import Spec
+    from tables.specs import SPECS
+    from tasks import get_task
+
+    torch.cuda.is_available = lambda: False  # the CPU configs (DDP without device_ids, gloo)
+    os.cpu_count = lambda: 2  # the paper profile's loader workers
+    cache = os.environ["REPRO_DATA_CACHE"]
+    placeholders = {str(root): "<root>", cache: "<cache>"}
+    configs: dict[str, str] = {}
+
+    def add(name: str, cfg) -> None:
+        configs[name] = _canonical(cfg, placeholders)
+
+    classification = get_task("classification")
+    imagenet = root / "imagenet"
+    (imagenet / "train" / "n01").mkdir(parents=True)
+    from tasks.models import MODELS
+
+    for model in MODELS:
+        for profile in ("smoke", "embedded", "paper"):
+            for dataset in ("imagenet", "cifar10"):
+                for method, options in CLASSIFICATION_METHODS.items():
+                    data_root = str(imagenet) if profile == "paper" else None
+                    cfg = classification.build_config(
+                        model, method, profile, 0, options, dataset, data_root, str(root / "work")
+                    )
+                    add(f"classification/{model}/{profile}/{dataset}/{method}", cfg)
+
+    video = get_task("video")
+    roots = _fake_video_roots(root)
+    for model in ("r3d_18", "r3d_50"):
+        for profile in ("smoke", "embedded", "paper"):
+            for dataset in ("ucf101", "kinetics400"):
+                if profile != "paper" and dataset not in video_embedded_datasets:
+                    continue
+                for method, options in OTHER_METHODS.items():
+                    data_root = str(roots[dataset]) if profile == "paper" else None
+                    cfg = video.build_config(
+                        model, method, profile, 0, options, dataset, data_root, str(root / "work")
+                    )
+                    add(f"video/{model}/{profile}/{dataset}/{method}", cfg)
+
+    detection = get_task("detection")
+    for model in detection.MODELS:
+        for profile in ("smoke", "embedded", "paper"):
+            for dataset in ("coco", "voc"):
+                for method, options in OTHER_METHODS.items():
+                    path = detection.config_path(model, profile, dataset)
+                    data_root = str(root / "det") if profile == "paper" else None
+                    cfg = detection.build_config(
+                        path, method, profile, 0, options, data_root, str(root / "work"), profile == "paper"
+                    )
+                    add(f"detection/{model}/{profile}/{dataset}/{method}", cfg)
+
+    keys: dict[str, list[str]] = {}
+    for name, spec in sorted(SPECS.items()):
+        if not isinstance(spec, Spec):
+            continue  # the speed tables time steps; their cells are keyed by device and code
+        version = getattr(get_task(spec.task), "RECIPE_VERSION", None)
+        for profile, seeds in (("smoke", [0]), ("embedded", [0, 1])):
+            plan = make_plan(spec, profile, seeds, None, None if version is None else str(version))
+            keys[f"{name}/{profile}"] = [cell.key for cell in plan.cells]
+    return {"configs": configs, "keys": keys}
+
+
+@pytest.fixture(scope="module")
+def current(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    # the session's data cache (as the other task tests use), never ~/.cache
+    mp.setenv("REPRO_DATA_CACHE", str(tmp_path_factory.getbasetemp() / "repro-data-cache"))
+    import torch
+
+    mp.setattr(torch.cuda, "is_available", lambda: False)
+    mp.setattr(os, "cpu_count", lambda: 2)
+    try:
+        yield snapshot(tmp_path_factory.mktemp("golden"), video_embedded_datasets=("ucf101",))
+    finally:
+        mp.undo()
+
+
+# The one name that changed: detection's run recorder is now the recorder every task shares.
+RENAMED = {'"ReproDetRunRecorder"': '"ReproRunRecorder"'}
+
+
+@pytest.fixture(scope="module")
+def golden():
+    text = GOLDEN.read_text()
+    for old, new in RENAMED.items():
+        text = text.replace(old.replace('"', '\\"'), new.replace('"', '\\"'))
+    return json.loads(text)
+
+
+def test_every_runner_config_is_the_one_of_028db0b(current, golden):
+    assert set(current["configs"]) <= set(golden["configs"])
+    assert len(current["configs"]) >= 200
+    changed = [name for name, text in current["configs"].items() if golden["configs"][name] != text]
+    assert not changed, f"{len(changed)} configs differ, e.g. {changed[0]}"
+
+
+def test_every_table_cell_keeps_its_cache_key(current, golden):
+    assert current["keys"] == golden["keys"]
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    sys.path.insert(0, os.getcwd())
+    with tempfile.TemporaryDirectory() as scratch:
+        result = snapshot(Path(scratch))
+    Path(sys.argv[1]).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    print(f"{len(result['configs'])} configs, {sum(map(len, result['keys'].values()))} cell keys")
