@@ -14,7 +14,13 @@ import torch
 from . import cpu, reference
 from .errors import NonFiniteError, raise_if_nonfinite
 
-__all__ = ["NonFiniteError", "cpu", "get_backend", "raise_if_nonfinite", "reference"]
+__all__ = ["NUMERICS", "NonFiniteError", "cpu", "get_backend", "raise_if_nonfinite", "reference"]
+
+# The backends' arithmetic, as a version: bumped when results change (the stochastic-rounding stream, the
+# statistics). The table cells' cache keys hold it, so results of two streams are never mixed.
+# 2: the fused quantizers' Philox stream keyed per call on the host (element (row, column) of the last
+#    dimension), DAIQ's sigma from one-pass moments, UI8's clip search on grids.
+NUMERICS = "2"
 
 
 def get_backend(device: torch.device | str):

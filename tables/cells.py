@@ -66,6 +66,9 @@ class Cell:
     paper_dataset: str
     data_root: str | None
     recipe_version: str | None
+    # the backends' arithmetic (kernels.NUMERICS): a new stochastic-rounding stream makes new cells; None
+    # (cells made before it existed, tests' injected runners) leaves it out of the key
+    numerics: str | None = None
 
     @classmethod
     def make(
@@ -80,11 +83,13 @@ class Cell:
         paper_dataset: str,
         data_root: str | os.PathLike | None,
         recipe_version: str | None,
+        numerics: str | None = None,
     ) -> Cell:
         root = str(Path(data_root).expanduser().resolve()) if data_root else None
         opts = json.dumps(normalize_options(method, options), sort_keys=True)
         recipe = None if recipe_version is None else str(recipe_version)
-        return cls(task, model, method, opts, int(seed), profile, paper_dataset, root, recipe)
+        num = None if numerics is None else str(numerics)
+        return cls(task, model, method, opts, int(seed), profile, paper_dataset, root, recipe, num)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -94,6 +99,8 @@ class Cell:
         """The full configuration, as stored in the cache file and hashed into its name."""
         cfg = asdict(self)
         cfg["method_options"] = json.loads(cfg.pop("options_json"))
+        if cfg["numerics"] is None:
+            del cfg["numerics"]
         return cfg
 
     @property

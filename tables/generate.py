@@ -28,6 +28,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+import kernels
 from repro.quant import NonFiniteError
 from tables.cells import Cache, Cell, row_blocker
 from tables.spec import Row, Spec
@@ -55,6 +56,7 @@ class Plan:
     data_root: str | None
     recipe_version: str | None
     rows: list[RowPlan]
+    numerics: str | None = None
 
     @property
     def cells(self) -> list[Cell]:
@@ -103,6 +105,7 @@ def make_plan(
     seeds: list[int],
     data_root: str | os.PathLike | None,
     recipe_version: str | None,
+    numerics: str | None = None,
 ) -> Plan:
     rows = []
     for row in spec.rows:
@@ -115,6 +118,7 @@ def make_plan(
                 paper_dataset=row.paper_dataset,
                 data_root=data_root,
                 recipe_version=recipe_version,
+                numerics=numerics,
             )
             for seed in seeds:
                 fp32 = Cell.make(method="fp32", options={}, seed=seed, **common)
@@ -122,7 +126,7 @@ def make_plan(
                 rp.cells.append((seed, fp32, int8))
         rows.append(rp)
     root = str(Path(data_root).expanduser().resolve()) if data_root else None
-    return Plan(spec, profile, seeds, root, recipe_version, rows)
+    return Plan(spec, profile, seeds, root, recipe_version, rows, numerics)
 
 
 def load_task_runner(task_name: str) -> tuple[Runner, str | None]:
@@ -262,8 +266,8 @@ def generate(
 ) -> Generated:
     """Run the missing cells of one table and write results/<name>.md, .csv and .meta.json.
 
-    With `runner=None` the spec's task runs the cells and its RECIPE_VERSION joins the cache key; an
-    injected runner uses `recipe_version` as given.
+    With `runner=None` the spec's task runs the cells and its RECIPE_VERSION and kernels.NUMERICS join the
+    cache key; an injected runner uses `recipe_version` as given.
     """
     from tables import render
 
@@ -276,9 +280,11 @@ def generate(
     cache = Cache(Path(cache_dir) if cache_dir else results_dir / "cache")
 
     runnable = any(row_blocker(r) is None for r in spec.rows)
+    numerics = None
     if runner is None and runnable:
         runner, recipe_version = load_task_runner(spec.task)
-    plan = make_plan(spec, profile, seed_list, data_root, recipe_version)
+        numerics = kernels.NUMERICS
+    plan = make_plan(spec, profile, seed_list, data_root, recipe_version, numerics)
     log_root = None if verbose else results_dir / "logs"
     outcomes = run_cells(plan, cache, runner, results_dir / "work", progress=progress, log_root=log_root)
 

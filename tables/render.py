@@ -288,6 +288,7 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
         "seed_list": plan.seeds,
         "data_root": plan.data_root,
         "recipe_version": plan.recipe_version,
+        "numerics": plan.numerics,
         "not_a_reproduction": measured_here,
         "disclaimer": disclaimer,
         "header": header,

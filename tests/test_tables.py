@@ -592,3 +592,19 @@ def test_cli_a_row_option_of_the_wrong_type_is_one_line_and_exit_2(tmp_path, mon
     assert repro_main(["table", "table4", "--profile", "smoke", "--results-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == "error: option k of method daiq takes a number, got 'abc'"
     assert not (tmp_path / "cache").exists()  # refused before any cell ran
+
+
+def test_cells_of_another_numerics_version_are_other_cells():
+    """A new stochastic-rounding stream (kernels.NUMERICS) makes new cells: old results are not mixed in."""
+    import kernels
+    from tables.generate import make_plan
+
+    common = dict(task="classification", model="resnet18", method="daiq", options={}, seed=0,
+                  profile="smoke", paper_dataset="imagenet", data_root=None, recipe_version="1")  # fmt: skip
+    old, new = Cell.make(**common), Cell.make(**common, numerics=kernels.NUMERICS)
+    assert (
+        old.key != new.key and "numerics" not in old.config() and new.config()["numerics"] == kernels.NUMERICS
+    )
+    spec = SPECS["table4"]
+    plan = make_plan(spec, "smoke", [0], None, "1", kernels.NUMERICS)
+    assert {c.numerics for c in plan.cells} == {kernels.NUMERICS}
