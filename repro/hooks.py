@@ -34,12 +34,18 @@ class Int8TrainingHook(Hook):
     priority = "VERY_HIGH"
 
     def __init__(
-        self, method: str = "daiq", skip=("first", "last"), channels_last_out: bool = False, **options: Any
+        self,
+        method: str = "daiq",
+        skip=("first", "last"),
+        channels_last_out: bool = False,
+        per_call_state: bool = False,
+        **options: Any,
     ):
         # Built here so that a bad method or option fails when the config is built, naming the choices.
         self.method = build_method(method, **options)
         self.skip = (skip,) if isinstance(skip, str) else tuple(skip)
         self.channels_last_out = channels_last_out  # see repro.layers.Int8Conv
+        self.per_call_state = per_call_state  # see repro.layers.Int8Layer
         self._pending_state: dict[str, Any] | None = None
         self._scalings: list[LayerLrScaling] = []
 
@@ -50,7 +56,13 @@ class Int8TrainingHook(Hook):
     def before_run(self, runner) -> None:
         model = self._model(runner)
         if not quantized_layers(model):
-            quantize_model(model, self.method, skip=self.skip, channels_last_out=self.channels_last_out)
+            quantize_model(
+                model,
+                self.method,
+                skip=self.skip,
+                channels_last_out=self.channels_last_out,
+                per_call_state=self.per_call_state,
+            )
             count = len(quantized_layers(model))
             runner.logger.info(f"Int8TrainingHook: {self.method.name} on {count} layers ({self.method})")
         if self._pending_state is not None:

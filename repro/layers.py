@@ -71,8 +71,7 @@ def _weight_grad_scale(codes, sx: torch.Tensor) -> torch.Tensor:
 
 class _Int8ConvFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, layer, geometry):
-        quantizer: LayerQuantizer = layer.int8
+    def forward(ctx, x, weight, bias, layer, geometry, quantizer: LayerQuantizer):
         backend = kernels.get_backend(x.device)
         xq, sx = quantizer.activation(x)
         wq, sw = quantizer.weight(weight)
@@ -85,7 +84,12 @@ class _Int8ConvFunction(torch.autograd.Function):
         if bias is not None:
             out += bias.detach().to(dtype).reshape(1, -1, *([1] * (x.dim() - 2)))
         ctx.save_for_backward(xq, wq, sx, sw)
-        ctx.layer, ctx.geometry, ctx.x_shape, ctx.has_bias = layer, geometry, x.shape, bias is not None
+        ctx.quantizer, ctx.geometry, ctx.x_shape, ctx.has_bias = (
+            quantizer,
+            geometry,
+            x.shape,
+            bias is not None,
+        )
         ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
         return out
 
@@ -93,7 +97,7 @@ class _Int8ConvFunction(torch.autograd.Function):
     def backward(ctx, gy):
         xq, wq, sx, sw = ctx.saved_tensors
         backend = kernels.get_backend(gy.device)
-        codes = ctx.layer.int8.grad(gy, channel_axis=1)
+        codes = ctx.quantizer.grad(gy, channel_axis=1)
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
             acc = backend.conv_input_grad(codes.gx, wq, ctx.x_shape, *ctx.geometry)
@@ -105,13 +109,12 @@ class _Int8ConvFunction(torch.autograd.Function):
                            axis=0 if codes.gw_per_channel else None)  # fmt: skip
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = gy.sum(dim=[d for d in range(gy.dim()) if d != 1])
-        return gx, gw, gb, None, None
+        return gx, gw, gb, None, None, None
 
 
 class _Int8LinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, layer):
-        quantizer: LayerQuantizer = layer.int8
+    def forward(ctx, x, weight, bias, quantizer: LayerQuantizer):
         backend = kernels.get_backend(x.device)
         x2 = x.reshape(-1, x.shape[-1])
         xq, sx = quantizer.activation(x2)
@@ -121,7 +124,12 @@ class _Int8LinearFunction(torch.autograd.Function):
         if bias is not None:
             out += bias.detach().to(dtype)
         ctx.save_for_backward(xq, wq, sx, sw)
-        ctx.layer, ctx.x_shape, ctx.has_bias, ctx.w_dtype = layer, x.shape, bias is not None, weight.dtype
+        ctx.quantizer, ctx.x_shape, ctx.has_bias, ctx.w_dtype = (
+            quantizer,
+            x.shape,
+            bias is not None,
+            weight.dtype,
+        )
         # Never a view: a view returned from a custom Function cannot be modified in place, and callers
         # do that (mmdet's bbox heads: relu(fc(x), inplace=True)).
         shape = (*x.shape[:-1], weight.shape[0])
@@ -132,7 +140,7 @@ class _Int8LinearFunction(torch.autograd.Function):
         xq, wq, sx, sw = ctx.saved_tensors
         backend = kernels.get_backend(gy.device)
         g2 = gy.reshape(-1, gy.shape[-1])
-        codes = ctx.layer.int8.grad(g2, channel_axis=1)
+        codes = ctx.quantizer.grad(g2, channel_axis=1)
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
             acc = backend.linear_input_grad(codes.gx, wq)
@@ -160,9 +168,25 @@ def conv_geometry(conv: nn.modules.conv._ConvNd) -> tuple[tuple, tuple, tuple, i
 
 
 class Int8Layer:
-    """Mixin of every quantized layer class; `int8` is the layer's LayerQuantizer."""
+    """Mixin of every quantized layer class; `int8` is the layer's LayerQuantizer.
+
+    With per-call state (quantize_model(per_call_state=True)) a layer called several times in one forward
+    pass (a detector head shared by every FPN level) gets one LayerQuantizer per call, `int8_calls`, the
+    first of them `int8`; the model's forward pre-hook resets the call count.
+    """
 
     int8: LayerQuantizer
+    int8_calls: list[LayerQuantizer] | None = None
+    _int8_call = 0
+
+    def _quantizer(self) -> LayerQuantizer:
+        if self.int8_calls is None:
+            return self.int8
+        i = self._int8_call
+        self._int8_call = i + 1
+        while len(self.int8_calls) <= i:
+            self.int8_calls.append(self.int8.method.make_layer_quantizer())
+        return self.int8_calls[i]
 
 
 class Int8Conv(Int8Layer):
@@ -178,7 +202,9 @@ class Int8Conv(Int8Layer):
             return super().forward(x)
         if self.int8.simulated:
             return self.int8.simulate(x, self.weight, lambda x, w: self._conv_forward(x, w, self.bias))
-        return _Int8ConvFunction.apply(x, self.weight, self.bias, self, conv_geometry(self))
+        return _Int8ConvFunction.apply(
+            x, self.weight, self.bias, self, conv_geometry(self), self._quantizer()
+        )
 
 
 class Int8LinearMixin(Int8Layer):
@@ -187,7 +213,7 @@ class Int8LinearMixin(Int8Layer):
             return super().forward(x)
         if self.int8.simulated:
             return self.int8.simulate(x, self.weight, lambda x, w: F.linear(x, w, self.bias))
-        return _Int8LinearFunction.apply(x, self.weight, self.bias, self)
+        return _Int8LinearFunction.apply(x, self.weight, self.bias, self._quantizer())
 
 
 class Int8Conv1d(Int8Conv, nn.Conv1d):
@@ -276,6 +302,7 @@ def quantize_model(
     method: str | Method,
     skip=("first", "last"),
     channels_last_out: bool = False,
+    per_call_state: bool = False,
     **method_options: Any,
 ) -> nn.Module:
     """Swap every Conv1d/2d/3d and Linear of `model` (but the skipped) for its INT8 class, in place.
@@ -283,6 +310,8 @@ def quantize_model(
     Each swapped layer gets its own state from `method` (a registered name, see list_methods(), or a
     Method). Returns the model. Layers the backends cannot run stay float, with one warning each.
     `channels_last_out`: convolutions leave outputs and input gradients channels-last (Int8Conv).
+    `per_call_state`: a layer called several times per forward pass gets one method state per call
+    (Int8Layer), instead of one state for all its calls.
     """
     method = build_method(method, **method_options)
     layers = quantizable_layers(model)
@@ -300,14 +329,27 @@ def quantize_model(
             continue
         module.__class__ = quantized_class(float_class(module))
         module.int8 = method.make_layer_quantizer()
+        module.int8_calls = [module.int8] if per_call_state else None
         if isinstance(module, Int8Conv):
             module.channels_last_out = channels_last_out
     swap_modules(model, method)
-    if not hasattr(model, "_int8_flags_hook"):
-        # a GPU quantizer's NaN/Inf flag covers one iteration: cleared as a forward pass starts (a
-        # mixed-precision step that GradScaler skipped leaves it set, and is no divergence)
-        model._int8_flags_hook = model.register_forward_pre_hook(lambda *_: clear_nonfinite())
+    if not hasattr(model, "_int8_forward_hook"):
+        model._int8_forward_hook = model.register_forward_pre_hook(_new_forward_pass)
     return model
+
+
+def _new_forward_pass(model: nn.Module, *_) -> None:
+    """As a forward pass starts: a GPU quantizer's NaN/Inf flag covers one iteration (a mixed-precision
+    step that GradScaler skipped leaves it set, and is no divergence); per-call states count calls anew."""
+    clear_nonfinite()
+    for m in model.modules():
+        if isinstance(m, Int8Layer) and m.int8_calls is not None:
+            m._int8_call = 0
+
+
+def layer_quantizers(layer: nn.Module) -> list[LayerQuantizer]:
+    """The LayerQuantizers of a quantized layer: one, or one per call with per-call state."""
+    return list(layer.int8_calls) if layer.int8_calls is not None else [layer.int8]
 
 
 def swap_modules(model: nn.Module, method: Method) -> None:
@@ -326,8 +368,14 @@ def swap_modules(model: nn.Module, method: Method) -> None:
 
 
 def method_state_dict(model: nn.Module) -> dict[str, dict[str, Any]]:
-    """Every quantized layer's method state (DAIQ's s_c, UI8's c and d_c, step counts) by layer name."""
-    return {name: m.int8.state_dict() for name, m in quantized_layers(model).items()}
+    """Every quantized layer's method state (DAIQ's s_c, UI8's c and d_c, step counts) by layer name; with
+    per-call state, {"calls": [one state per call]}."""
+    return {
+        name: m.int8.state_dict()
+        if m.int8_calls is None
+        else {"calls": [q.state_dict() for q in m.int8_calls]}
+        for name, m in quantized_layers(model).items()
+    }
 
 
 def load_method_state_dict(model: nn.Module, state: dict[str, dict[str, Any]]) -> None:
@@ -336,4 +384,16 @@ def load_method_state_dict(model: nn.Module, state: dict[str, dict[str, Any]]) -
     if missing or unexpected:
         raise KeyError(f"method state does not match the model: missing {missing}, unexpected {unexpected}")
     for name, layer in layers.items():
-        layer.int8.load_state_dict(state[name])
+        entry = state[name]
+        if "calls" not in entry:
+            layer.int8.load_state_dict(entry)
+            continue
+        if layer.int8_calls is None:
+            raise KeyError(
+                f"method state of layer {name!r} has one state per call; the model has one per layer"
+            )
+        layer.int8_calls[:] = [layer.int8]
+        for i, call_state in enumerate(entry["calls"]):
+            layer._int8_call = i
+            layer._quantizer().load_state_dict(call_state)
+        layer._int8_call = 0

@@ -15,12 +15,15 @@ import torch
 from torch import nn
 
 from kernels.errors import raise_if_nonfinite
-from repro.layers import quantized_layers
+from repro.layers import layer_quantizers, quantized_layers
 
 
 def layer_lr_factors(model: nn.Module) -> dict[str, float]:
     """phi for every quantized layer, by name (1.0 for methods without scaling)."""
-    return {name: m.int8.lr_scale() for name, m in quantized_layers(model).items()}
+    return {
+        name: sum(q.lr_scale() for q in layer_quantizers(m)) / len(layer_quantizers(m))
+        for name, m in quantized_layers(model).items()
+    }
 
 
 class LayerLrScaling:
@@ -40,7 +43,9 @@ class LayerLrScaling:
         raise_if_nonfinite()
         self._saved = []
         for layer in quantized_layers(self.model).values():
-            phi = layer.int8.lr_scale_tensor()
+            # one learning rate per parameter: a layer with one state per call takes its calls' mean phi
+            phis = [p for p in (q.lr_scale_tensor() for q in layer_quantizers(layer)) if p is not None]
+            phi = None if not phis else phis[0] if len(phis) == 1 else torch.stack(phis).mean()
             if phi is not None:
                 for p in layer.parameters(recurse=False):
                     if p.requires_grad:

@@ -237,3 +237,43 @@ def test_gpu_training_step_waits_for_the_device_only_at_the_optimizer_step(metho
             torch.cuda.set_sync_debug_mode("default")
         opt.step()
     assert torch.isfinite(loss)
+
+
+class _SharedHead(nn.Module):
+    """One convolution applied to several feature maps per forward pass, as a detector's head is to
+    every FPN level."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, xs):
+        return sum((self.head(self.stem(x)) * (i + 1)).square().mean() for i, x in enumerate(xs))
+
+
+def test_a_layer_called_several_times_gets_one_method_state_per_call():
+    from repro.layers import load_method_state_dict, method_state_dict
+
+    torch.manual_seed(0)
+    xs = [torch.randn(2, 3, 8, 8) * scale for scale in (0.1, 1.0, 10.0)]
+    shared = quantize_model(_SharedHead(), "daiq", skip=())
+    per_call = quantize_model(copy.deepcopy(_SharedHead()), "daiq", skip=(), per_call_state=True)
+    per_call.load_state_dict(shared.state_dict())
+    for model in (shared, per_call):
+        for _ in range(2):
+            model(xs).backward()
+    assert shared.head.int8_calls is None and shared.head.int8.step == 6  # one state saw every call
+    calls = per_call.head.int8_calls
+    assert len(calls) == 3 and [q.step for q in calls] == [2, 2, 2] and calls[0] is per_call.head.int8
+    # the three calls' gradients differ in scale by 10x: each state's clip values follow its own call
+    maxima = [float(q.scale.max()) for q in calls]
+    assert maxima[0] < maxima[1] < maxima[2]
+    state = method_state_dict(per_call)
+    assert len(state["head"]["calls"]) == 3
+    fresh = quantize_model(copy.deepcopy(_SharedHead()), "daiq", skip=(), per_call_state=True)
+    load_method_state_dict(fresh, state)
+    assert [q.step for q in fresh.head.int8_calls] == [2, 2, 2]
+    assert all(torch.equal(a.scale, b.scale) for a, b in zip(fresh.head.int8_calls, calls, strict=True))
+    with pytest.raises(KeyError, match="one state per call"):
+        load_method_state_dict(quantize_model(copy.deepcopy(_SharedHead()), "daiq", skip=()), state)
