@@ -27,12 +27,20 @@ def resolve(name: str | torch.device | None) -> torch.device:
     return dev
 
 
-_ISA = {"avx512_vnni": "AVX512-VNNI", "avx512_bf16": "AVX512-BF16", "amx_int8": "AMX-INT8"}
+_ISA = {
+    "avx2": "AVX2",
+    "avx512f": "AVX-512",
+    "avx512_vnni": "AVX512-VNNI",
+    "avx_vnni": "AVX-VNNI",
+    "avx512_bf16": "AVX512-BF16",
+    "amx_int8": "AMX-INT8",
+}
 
 
 @functools.cache
 def cpu_model() -> str:
-    """The CPU's model name and its int8/bf16 instruction sets, e.g. "AMD EPYC (AVX512-VNNI, AVX512-BF16)"."""
+    """The CPU's model name and its vector, int8 and bf16 instruction sets, e.g. "AMD EPYC (AVX2)" or
+    "AMD EPYC 9R14 (AVX2, AVX-512, AVX512-VNNI, AVX512-BF16)"."""
     name, flags = None, set()
     try:
         with open("/proc/cpuinfo") as f:

@@ -223,17 +223,16 @@ def _header(spec, cell: TimingCell, device: torch.device, what: str) -> list[str
         "interleaved round by round, the device synchronised before every clock read.",
     ]
     if device.type == "cpu":
-        lines.append(
-            "",
-        )
-        lines.append(
-            "On the CPU the FP16 row is **bf16 autocast** (what a CPU user runs: CPUs have no fast fp16). "
-            + (
-                "The paper's batch and resolution take long on a CPU: this run uses the batch and size above."
-                if (cell.batch, cell.size) != (64, 224)
-                else ""
+        notes = []
+        if spec.kind == "step-time":
+            notes.append(
+                "On the CPU the FP16 row is **bf16 autocast** (what a CPU user runs: CPUs have no fast fp16)."
             )
-        )
+        if (cell.batch, cell.size) != (64, 224):
+            notes.append(
+                "The paper's batch and resolution take long on a CPU: this run uses the batch and size above."
+            )
+        lines += ["", " ".join(notes)] if notes else []
     lines += [
         "",
         "**The paper's times come from its own GPU and kernels: compare the ratios, not the milliseconds.**",
