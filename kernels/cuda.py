@@ -3,7 +3,7 @@
 Implements the backend interface (kernels.backend): the quantizer (kernels.cuda_quantize: absmax, channel
 statistics, nearest and stochastic codes with the CPU backend's Philox stream, the dequantizing epilogue;
 no host synchronisation, a NaN or Inf sets the device flag of kernels.errors) and exact int8 products
-(int8 operands on a CUDA device in, int32 out), plus a GEMM with a dequantizing epilogue (``gemm``).
+(int8 operands on a CUDA device in, int32 out).
 torch tensors reach the kernels zero-copy through DLPack and the kernels run on torch's current stream.
 
 Every kernel is compiled in CI for sm_75/sm_80/sm_90 (``tests/test_cuda_compile.py``, no GPU needed), and
@@ -303,15 +303,14 @@ class GemmPlan:
         return gx, gy, gz
 
 
-def _run_gemm(plan: GemmPlan, a, b, c, cf=None, row_scale=None, col_scale=None, alpha=1.0) -> None:
+def _run_gemm(plan: GemmPlan, a, b, c) -> None:
     if plan.M == 0 or plan.N == 0 or plan.nb1 * plan.nb2 == 0:
         return
     module = _gemm_module(a.device)
     threads = 128 if module == "gemm_imma" else 256
     i64 = np.int64
     args = (
-        a, b, c, cf, row_scale, col_scale, np.float32(alpha),
-        np.int32(plan.M), np.int32(plan.N), np.int32(plan.K), np.int32(plan.nb2),
+        a, b, c, np.int32(plan.M), np.int32(plan.N), np.int32(plan.K), np.int32(plan.nb2),
         *(i64(v) for v in plan.sA), *(i64(v) for v in plan.sB), *(i64(v) for v in plan.sC),
     )  # fmt: skip
     _launch(module, module, plan.grid(), (threads, 1, 1), args)
@@ -323,33 +322,18 @@ def _check_int32_size(*sizes: int) -> None:
             raise ValueError(f"dimension {v} exceeds the kernels' 32-bit sizes")
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, *, row_scale=None, col_scale=None, alpha: float | None = None):
-    """a (M, K) @ b (N, K)^T on the GPU: int32, or with any of row_scale (M,), col_scale (N,), alpha the
-    dequantized float32 ((acc * alpha) * row_scale[m] * col_scale[n], the fused epilogue)."""
+def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a (M, K) @ b (N, K)^T -> int32 (M, N) on this project's GEMM kernel."""
     _check_linear(a, b, "gemm")
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"gemm: K differs, {tuple(a.shape)} and {tuple(b.shape)}")
     m, k = a.shape
     n = b.shape[0]
     _check_int32_size(m, n, k)
-    scaled = row_scale is not None or col_scale is not None or alpha is not None
-    scales = []
-    for s, size, what in ((row_scale, m, "row_scale"), (col_scale, n, "col_scale")):
-        if s is not None:
-            s = torch.as_tensor(s, dtype=torch.float32, device=a.device).reshape(-1).contiguous()
-            if s.numel() != size:
-                raise ValueError(f"gemm: {what} needs {size} values, got {s.numel()}")
-        scales.append(s)
     plan = GemmPlan(m, n, k, 1, 1, (0, 0, k), (0, 0, k), (0, 0, n, 1))
-    if not scaled:
-        c = torch.zeros((m, n), dtype=torch.int32, device=a.device)
-        _run_gemm(plan, a.contiguous(), b.contiguous(), c)
-        return c
-    cf = torch.zeros((m, n), dtype=torch.float32, device=a.device)
-    _run_gemm(
-        plan, a.contiguous(), b.contiguous(), None, cf, scales[0], scales[1], 1.0 if alpha is None else alpha
-    )
-    return cf
+    c = torch.zeros((m, n), dtype=torch.int32, device=a.device)
+    _run_gemm(plan, a.contiguous(), b.contiguous(), c)
+    return c
 
 
 def library_gemm() -> bool:

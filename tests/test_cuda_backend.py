@@ -322,20 +322,6 @@ def test_harness_extreme_values(on_cpu):
     assert_same(cuda.linear_forward(x, w), reference.linear_forward(x, w))
 
 
-def test_harness_gemm_epilogue(on_cpu):
-    """The dequantizing epilogue: ((acc * alpha) * row_scale[m]) * col_scale[n], float32, no FMA."""
-    gen = torch.Generator().manual_seed(3)
-    a, b = rand_i8((37, 45), gen), rand_i8((29, 45), gen)
-    rs = torch.rand(37, generator=gen) + 0.1
-    cs = torch.rand(29, generator=gen) + 0.1
-    acc = reference.linear_forward(a, b)
-    want = (acc.float() * 0.37) * rs[:, None] * cs[None, :]
-    got = cuda.gemm(a, b, row_scale=rs, col_scale=cs, alpha=0.37)
-    assert got.dtype == torch.float32 and torch.equal(got, want)
-    assert torch.equal(cuda.gemm(a, b, row_scale=rs), acc.float() * 1.0 * rs[:, None])
-    assert_same(cuda.gemm(a, b), acc)
-
-
 @pytest.mark.parametrize("k,s,p", [(1, 1, 0), (1, 2, 0), (3, 1, 1), (3, 2, 1)])
 def test_harness_library_route_splits_long_reductions(on_cpu, monkeypatch, k, s, p):
     """The weight gradient's reduction over N * positions in chunks of SPLIT_K (here 64): int32 partial
@@ -576,16 +562,6 @@ def test_gpu_linear_at_the_int32_limit(gpu_gemm):
     y = cuda.linear_forward(*_cuda(x, w)).cpu()
     assert_same(y, reference.linear_forward(x, w))
     assert int(y[0, 0]) == k * 127**2
-
-
-@gpu
-def test_gpu_gemm_epilogue(gpu_gemm):
-    gen = torch.Generator().manual_seed(3)
-    a, b = rand_i8((70, 100), gen), rand_i8((65, 100), gen)
-    rs, cs = torch.rand(70, generator=gen) + 0.1, torch.rand(65, generator=gen) + 0.1
-    want = (reference.linear_forward(a, b).float() * 0.37) * rs[:, None] * cs[None, :]
-    got = cuda.gemm(*_cuda(a, b), row_scale=rs.cuda(), col_scale=cs.cuda(), alpha=0.37)
-    assert torch.equal(got.cpu(), want)
 
 
 @gpu

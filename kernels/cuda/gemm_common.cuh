@@ -1,17 +1,12 @@
-// Shared by the int8 GEMM kernels: the operand addressing and the epilogue.
+// Shared by the int8 GEMM kernels: the operand addressing and the int32 store.
 //
 // Every GEMM computes, for each batch entry (b1, b2) = (blockIdx.z / nb2, blockIdx.z % nb2),
 //     C[m, n] = sum_k A[m, k] * B[n, k]        (int8 x int8 -> exact int32)
 // with A and B "K-contiguous" (unit stride along k; the host lays operands out so) and arbitrary 64-bit
 // strides elsewhere: A[m, k] = A + b1*sA1 + b2*sA2 + m*sAm + k, likewise B with sBn, and C[m, n] at
 // b1*sC1 + b2*sC2 + m*sCm + n*sCn. This one form covers linear layers (A row-major, B = W row-major is
-// mma's "col" operand) and every im2col convolution product (b1 = image, b2 = group).
-//
-// Epilogue: with Cf == nullptr the int32 sum is stored; otherwise the float
-//     Cf[m, n] = ((float)acc * alpha) * row_scale[m] * col_scale[n]
-// (each scale optional, multiplied in this order, round-to-nearest, no FMA) - the dequantization with
-// per-tensor scales (alpha) and per-channel ones (a per-channel GW scale is a row scale of the weight
-// gradient GEMM, whose rows are output channels).
+// mma's "col" operand) and every im2col convolution product (b1 = image, b2 = group). Dequantizing is
+// the quantizer module's epilogue (quantize.cu), after any product.
 
 #define GEMM_BM 64
 #define GEMM_BN 64
@@ -21,10 +16,6 @@ struct GemmArgs {
     const signed char* A;
     const signed char* B;
     int* C;
-    float* Cf;
-    const float* row_scale;
-    const float* col_scale;
-    float alpha;
     int M, N, K, nb2;
     long long sA1, sA2, sAm, sB1, sB2, sBn, sC1, sC2, sCm, sCn;
 };
@@ -55,23 +46,15 @@ __device__ __forceinline__ void load_tile(const signed char* __restrict__ base, 
 
 __device__ __forceinline__ void store_result(const GemmArgs& g, long long c_off, int m, int n, int acc) {
     if (m >= g.M || n >= g.N) return;
-    const long long off = c_off + (long long)m * g.sCm + (long long)n * g.sCn;
-    if (g.Cf == nullptr) {
-        g.C[off] = acc;
-        return;
-    }
-    float v = __fmul_rn((float)acc, g.alpha);
-    if (g.row_scale != nullptr) v = __fmul_rn(v, g.row_scale[m]);
-    if (g.col_scale != nullptr) v = __fmul_rn(v, g.col_scale[n]);
-    g.Cf[off] = v;
+    g.C[c_off + (long long)m * g.sCm + (long long)n * g.sCn] = acc;
 }
 
 #define GEMM_PARAMS                                                                                        \
-    const signed char *__restrict__ A, const signed char *__restrict__ B, int *C, float *Cf,              \
-        const float *row_scale, const float *col_scale, float alpha, int M, int N, int K, int nb2,        \
+    const signed char *__restrict__ A, const signed char *__restrict__ B, int *C, int M, int N, int K,    \
+        int nb2,                                                                                           \
         long long sA1, long long sA2, long long sAm, long long sB1, long long sB2, long long sBn,         \
         long long sC1, long long sC2, long long sCm, long long sCn
 
 #define GEMM_ARGS_STRUCT                                                                                   \
-    GemmArgs g = {A, B, C, Cf, row_scale, col_scale, alpha, M, N, K, nb2,                                  \
+    GemmArgs g = {A, B, C, M, N, K, nb2,                                                                   \
                   sA1, sA2, sAm, sB1, sB2, sBn, sC1, sC2, sCm, sCn}

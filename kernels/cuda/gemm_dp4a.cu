@@ -1,5 +1,5 @@
 // int8 GEMM with int32 accumulation by __dp4a (sm_61+; NVRTC 13 targets sm_75 and newer): the fallback
-// for GPUs without int8 tensor cores' mma.m16n8k32 (Turing). Operands and epilogue: gemm_common.cuh.
+// for GPUs without int8 tensor cores' mma.m16n8k32 (Turing). Operands and the int32 store: gemm_common.cuh.
 //
 // Block tile 64 x 64, K tile 32, 256 threads as 16 x 16; thread (tx, ty) owns rows ty + 16i and
 // columns tx + 16j (i, j < 4). Shared rows hold 32 int8 = 8 words, padded to 9 against bank conflicts.

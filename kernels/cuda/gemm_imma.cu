@@ -1,5 +1,5 @@
 // int8 GEMM on tensor cores: mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 (sm_80+), exact int32
-// accumulation (no .satfinite). Operands and epilogue: gemm_common.cuh.
+// accumulation (no .satfinite). Operands and the int32 store: gemm_common.cuh.
 //
 // Block tile 64 x 64, K tile 32, 4 warps as 2 x 2, each warp a 32 x 32 tile = 2 (m16) x 4 (n8) mmas.
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k32" with .s8; g = lane / 4, t = lane % 4;
