@@ -30,8 +30,22 @@ class StepTimeRow:
     notes: tuple[str, ...] = ()
 
 
+class _PaperSpec:
+    """What both speed specs share: a paper from tables.spec.PAPERS and its citation."""
+
+    paper: str
+
+    def __post_init__(self):
+        if self.paper not in PAPERS:
+            raise ValueError(f"unknown paper {self.paper!r}")
+
+    @property
+    def citation(self) -> str:
+        return PAPERS[self.paper]
+
+
 @dataclass(frozen=True)
-class StepTimeSpec:
+class StepTimeSpec(_PaperSpec):
     name: str
     paper: str
     table: str
@@ -44,14 +58,6 @@ class StepTimeSpec:
     notes: tuple[str, ...] = ()
     kind = "step-time"
 
-    def __post_init__(self):
-        if self.paper not in PAPERS:
-            raise ValueError(f"unknown paper {self.paper!r}")
-
-    @property
-    def citation(self) -> str:
-        return PAPERS[self.paper]
-
 
 @dataclass(frozen=True)
 class PeriodRow:
@@ -61,7 +67,7 @@ class PeriodRow:
 
 
 @dataclass(frozen=True)
-class PeriodSpec:
+class PeriodSpec(_PaperSpec):
     name: str
     paper: str
     table: str
@@ -73,14 +79,6 @@ class PeriodSpec:
     doc: str = ""
     notes: tuple[str, ...] = ()
     kind = "period"
-
-    def __post_init__(self):
-        if self.paper not in PAPERS:
-            raise ValueError(f"unknown paper {self.paper!r}")
-
-    @property
-    def citation(self) -> str:
-        return PAPERS[self.paper]
 
 
 def seconds(value: float | None) -> float | None:

@@ -164,6 +164,41 @@ static int absmax_impl(const void* x, int64_t n, float* out) {
     return bad;
 }
 
+// max|x|, the sum and the sum of squares of the contiguous run x[i0, i1); returns 1 on a NaN or an Inf
+template <int DT>
+static int run_stats(const void* x, int64_t i0, int64_t i1, float& mx, double& a1, double& a2) {
+    int bad = 0;
+    int64_t i = i0;
+#ifdef __AVX2__
+    __m256 vm = _mm256_setzero_ps(), v1 = _mm256_setzero_ps(), v2 = _mm256_setzero_ps(), vb = _mm256_setzero_ps();
+    for (; i + 8 <= i1; i += 8) {
+        const __m256 a = load8<DT>(x, i);
+        vb = _mm256_or_ps(vb, bad8(a));
+        vm = _mm256_max_ps(vm, abs8(a));
+        v1 = _mm256_add_ps(v1, a);
+        v2 = _mm256_add_ps(v2, _mm256_mul_ps(a, a));
+    }
+    bad |= _mm256_movemask_ps(vb) != 0;
+    alignas(32) float tm[8], t1[8], t2[8];
+    _mm256_store_ps(tm, vm);
+    _mm256_store_ps(t1, v1);
+    _mm256_store_ps(t2, v2);
+    for (int l = 0; l < 8; ++l) {
+        mx = std::fmax(mx, tm[l]);
+        a1 += t1[l];
+        a2 += t2[l];
+    }
+#endif
+    for (; i < i1; ++i) {
+        const float a = load1<DT>(x, i);
+        bad |= nonfinite(a);
+        mx = std::fmax(mx, std::fabs(a));
+        a1 += a;
+        a2 += (double)a * a;
+    }
+    return bad;
+}
+
 // Per-channel max|x|, and (moments != nullptr) sum and sum of squares, over memory (outer, C, inner).
 template <int DT>
 static int channel_stats_impl(const void* x, int64_t outer, int64_t C, int64_t inner, float* amax, double* sum,
@@ -183,38 +218,9 @@ static int channel_stats_impl(const void* x, int64_t outer, int64_t C, int64_t i
             const int64_t n = outer * inner, CH = 1 << 14;
 #pragma omp for schedule(static)
             for (int64_t i0 = 0; i0 < n; i0 += CH) {
-                const int64_t i1 = std::min(n, i0 + CH);
                 float mx = 0.0f;
                 double a1 = 0.0, a2 = 0.0;
-                int64_t i = i0;
-#ifdef __AVX2__
-                __m256 vm = _mm256_setzero_ps(), v1 = _mm256_setzero_ps(), v2 = _mm256_setzero_ps(),
-                       vb = _mm256_setzero_ps();
-                for (; i + 8 <= i1; i += 8) {
-                    const __m256 a = load8<DT>(x, i);
-                    vb = _mm256_or_ps(vb, bad8(a));
-                    vm = _mm256_max_ps(vm, abs8(a));
-                    v1 = _mm256_add_ps(v1, a);
-                    v2 = _mm256_add_ps(v2, _mm256_mul_ps(a, a));
-                }
-                bad |= _mm256_movemask_ps(vb) != 0;
-                alignas(32) float tm[8], t1[8], t2[8];
-                _mm256_store_ps(tm, vm);
-                _mm256_store_ps(t1, v1);
-                _mm256_store_ps(t2, v2);
-                for (int l = 0; l < 8; ++l) {
-                    mx = std::fmax(mx, tm[l]);
-                    a1 += t1[l];
-                    a2 += t2[l];
-                }
-#endif
-                for (; i < i1; ++i) {
-                    const float a = load1<DT>(x, i);
-                    bad |= nonfinite(a);
-                    mx = std::fmax(mx, std::fabs(a));
-                    a1 += a;
-                    a2 += (double)a * a;
-                }
+                bad |= run_stats<DT>(x, i0, std::min(n, i0 + CH), mx, a1, a2);
                 m[0] = std::fmax(m[0], mx);
                 if (sum) {
                     s1[0] += a1;
@@ -269,35 +275,7 @@ static int channel_stats_impl(const void* x, int64_t outer, int64_t C, int64_t i
                 const int64_t c = oc % C, base = oc * inner;
                 float mx = 0.0f;
                 double a1 = 0.0, a2 = 0.0;
-                int64_t i = 0;
-#ifdef __AVX2__
-                __m256 vm = _mm256_setzero_ps(), v1 = _mm256_setzero_ps(), v2 = _mm256_setzero_ps(),
-                       vb = _mm256_setzero_ps();
-                for (; i + 8 <= inner; i += 8) {
-                    const __m256 a = load8<DT>(x, base + i);
-                    vb = _mm256_or_ps(vb, bad8(a));
-                    vm = _mm256_max_ps(vm, abs8(a));
-                    v1 = _mm256_add_ps(v1, a);
-                    v2 = _mm256_add_ps(v2, _mm256_mul_ps(a, a));
-                }
-                bad |= _mm256_movemask_ps(vb) != 0;
-                alignas(32) float tm[8], t1[8], t2[8];
-                _mm256_store_ps(tm, vm);
-                _mm256_store_ps(t1, v1);
-                _mm256_store_ps(t2, v2);
-                for (int l = 0; l < 8; ++l) {
-                    mx = std::fmax(mx, tm[l]);
-                    a1 += t1[l];
-                    a2 += t2[l];
-                }
-#endif
-                for (; i < inner; ++i) {
-                    const float a = load1<DT>(x, base + i);
-                    bad |= nonfinite(a);
-                    mx = std::fmax(mx, std::fabs(a));
-                    a1 += a;
-                    a2 += (double)a * a;
-                }
+                bad |= run_stats<DT>(x, base, base + inner, mx, a1, a2);
                 m[c] = std::fmax(m[c], mx);
                 if (sum) {
                     s1[c] += a1;
