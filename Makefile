@@ -92,3 +92,10 @@ $(filter-out $(SPEED_TABLES),$(TABLES)):
 
 $(SPEED_TABLES):
 	$(BIN)/python -m tables.command table $@ $(SPEED_ARGS)
+
+# The claims report (issue 19): every claim checked by the tables it reads (generated as needed, from the
+# cache after `make tables`); results/claims.md and .csv.
+.PHONY: claims
+claims:
+	$(BIN)/python -m tables.claims --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
+	  $(if $(DEVICE),--device $(DEVICE))

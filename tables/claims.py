@@ -1,0 +1,408 @@
+"""What was reproduced: the papers' qualitative claims, each checked by a measurement made here.
+
+    make claims [PROFILE=embedded]        # results/claims.md and results/claims.csv
+    python -m tables.claims --profile smoke --results-dir results
+
+Every claim names its source (paper, table or figure) and checks it with numbers this harness measures:
+the tables it regenerates (cached cells, so a report after `make tables` costs nothing more), the speed
+tables on the device at hand, the statistics recorder's figures. The verdict is computed from those
+numbers, never typed: `reproduced`, `not reproduced`, or `inconclusive` with the reason (one seed and no
+estimate of the noise, a difference within the seeds' spread, a stand-in that cannot show it). At the
+smoke profile most verdicts are inconclusive, and say so; the embedded report is kept as
+results/reference/embedded/claims.md. None of it is a paper-scale (ImageNet, COCO) result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from kernels.atomic import write_file
+
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
+# a difference counts when it exceeds this many standard errors of the difference (about 95% two-sided)
+Z = 2.0
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    measurement: str  # the numbers behind it, in one line
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str
+    paper: str
+    source: str  # table / figure / section, as the paper names it
+    text: str
+    check: Callable[[Context], Verdict]
+    needs: tuple[str, ...] = ()  # the table and figure targets it reads
+
+
+@dataclass
+class Context:
+    """The measurements a report reads, generated on demand (cached) and remembered with their commands."""
+
+    profile: str = "embedded"
+    results_dir: Path = Path("results")
+    seeds: int | None = None
+    device: str | None = None
+    progress: bool = True
+    frames: dict[str, pd.DataFrame] = field(default_factory=dict)
+    metas: dict[str, dict] = field(default_factory=dict)
+    commands: dict[str, str] = field(default_factory=dict)
+
+    def table(self, name: str) -> pd.DataFrame:
+        """The rendered table `name` (training or speed table) at this profile, generating missing cells."""
+        if name not in self.frames:
+            from tables.specs import SPEED_SPECS
+
+            if name in SPEED_SPECS:
+                from tables.speed import generate_speed
+
+                out = generate_speed(name, profile=self.profile, device=self.device,
+                                     results_dir=self.results_dir, progress=self.progress)  # fmt: skip
+            else:
+                from tables.generate import generate
+
+                out = generate(name, profile=self.profile, seeds=self.seeds, results_dir=self.results_dir,
+                               progress=self.progress)  # fmt: skip
+            self.frames[name], self.metas[name] = out.frame, out.meta
+            self.commands[name] = out.meta.get("command", f"repro table {name} --profile {self.profile}")
+        return self.frames[name]
+
+
+# ----------------------------------------------------------------------------------------------------
+# comparisons with the seeds' spread
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over seeds with its standard deviation (None with one seed) and the number of seeds."""
+
+    mean: float | None
+    std: float | None
+    n: int
+
+    @property
+    def se(self) -> float | None:
+        return None if self.std is None or self.n < 2 else self.std / math.sqrt(self.n)
+
+    def text(self) -> str:
+        if self.mean is None:
+            return "n/a"
+        return f"{self.mean:.2f}" + (f" ± {self.std:.2f}" if self.std is not None else "") + f" (n={self.n})"
+
+
+def _num(v) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def estimate(row: pd.Series, which: str = "int8") -> Estimate:
+    return Estimate(_num(row[which]), _num(row[f"{which}_std"]), int(row[f"n_{which}"]))
+
+
+def difference(a: Estimate, b: Estimate) -> tuple[float | None, float | None]:
+    """a - b and its standard error (None when either side has one seed)."""
+    if a.mean is None or b.mean is None:
+        return None, None
+    if a.se is None or b.se is None:
+        return a.mean - b.mean, None
+    return a.mean - b.mean, math.hypot(a.se, b.se)
+
+
+def compare(a: Estimate, b: Estimate, margin: float = 0.0) -> str:
+    """'above' if a exceeds b + margin beyond Z standard errors, 'below' if it falls short of b + margin
+    beyond them, 'within' otherwise, 'unknown' without two seeds on both sides."""
+    d, se = difference(a, b)
+    if d is None or se is None:
+        return "unknown"
+    d -= margin
+    if d > Z * se:
+        return "above"
+    if d < -Z * se:
+        return "below"
+    return "within"
+
+
+def row(frame: pd.DataFrame, **match) -> pd.Series:
+    hit = frame
+    for k, v in match.items():
+        hit = hit[hit[k] == v]
+    if len(hit) != 1:
+        raise KeyError(f"{len(hit)} rows match {match}")
+    return hit.iloc[0]
+
+
+# ----------------------------------------------------------------------------------------------------
+# the claims that rest on tables
+
+
+def _clipping_fixes_the_crash(ctx: Context) -> Verdict:
+    frame = ctx.table("ui8-table3")
+    no_clip = row(frame, label="No clipping")
+    clip = row(frame, label="Direction Sensitive Gradient Clipping")
+    crashed = "diverged" in str(no_clip["status"])
+    clip_ok = str(clip["status"]).startswith("ok")
+    measured = (
+        f"MobileNetV2 INT8 without clipping: {no_clip['status']} (top-1 {estimate(no_clip).text()}); with "
+        f"clipping: {clip['status']} (top-1 {estimate(clip).text()}); {no_clip['dataset']}"
+    )
+    if crashed and clip_ok:
+        return Verdict(REPRODUCED, measured)
+    if not crashed and clip_ok:
+        return Verdict(NOT_REPRODUCED, measured, "no crash without clipping at this scale and budget")
+    return Verdict(INCONCLUSIVE, measured, "the clipped run diverged too")
+
+
+def _period_costs_little(ctx: Context) -> Verdict:
+    acc = ctx.table("ui8-table5")
+    speed = ctx.table("ui8-table2")
+    p1, p100 = estimate(row(acc, label="Period 1")), estimate(row(acc, label="Period 100"))
+    t = dict(zip(speed["period"], speed["s_per_iter"], strict=True))
+    saves = t[100] < 0.9 * t[1]
+    drop = compare(p100, p1, margin=-1.0)  # 'below': period 100 loses more than one point
+    measured = (
+        f"top-1 period 1 {p1.text()}, period 100 {p100.text()} (UI8 Table 5, paper 93.66 -> 93.38); "
+        f"s/iter period 1 {t[1]:.3f}, 100 {t[100]:.3f}, 1000 {t[1000]:.3f} (UI8 Table 2 on "
+        f"{speed['device'].iloc[0]})"
+    )
+    if not saves:
+        return Verdict(NOT_REPRODUCED, measured, "the longer period saves no time here")
+    if drop == "below":
+        return Verdict(NOT_REPRODUCED, measured, "period 100 loses more than one point")
+    if drop == "unknown":
+        return Verdict(INCONCLUSIVE, measured, "one seed: no estimate of the accuracy's noise")
+    return Verdict(REPRODUCED, measured)
+
+
+def _daiq_ablations_beat_gq(ctx: Context) -> Verdict:
+    frame = ctx.table("table2")
+    gq = estimate(row(frame, method="gq"))
+    parts, outcomes = [f"GQ {gq.text()}"], []
+    for method, name in (("daiq-gvq", "GVQ"), ("daiq-mcs", "MCS"), ("daiq", "GVQ+MCS")):
+        e = estimate(row(frame, method=method))
+        outcomes.append(compare(e, gq))
+        parts.append(f"{name} {e.text()}")
+    stand_in = row(frame, method="gq")["dataset"]
+    measured = "top-1 " + ", ".join(parts) + f" (DAIQ Table 2 stand-in: {stand_in})"
+    if all(o == "above" for o in outcomes):
+        return Verdict(REPRODUCED, measured)
+    if any(o == "below" for o in outcomes):
+        return Verdict(NOT_REPRODUCED, measured, "a DAIQ variant is significantly below GQ")
+    if "unknown" in outcomes:
+        return Verdict(INCONCLUSIVE, measured, "one seed: no estimate of the noise")
+    return Verdict(INCONCLUSIVE, measured, "differences within the seeds' spread")
+
+
+def _flag_e2_worse_than_16_bit(ctx: Context) -> Verdict:
+    frame = ctx.table("wageubn-table1")
+    full8 = frame[frame["method"] == "wageubn"]
+    e216 = frame[frame["method"] == "wageubn-e2-16"]
+    outcomes, parts = [], []
+    for _, r8 in full8.iterrows():
+        r16 = e216[e216["model"] == r8["model"]]
+        if r16.empty:
+            continue
+        a, b = estimate(r8), estimate(r16.iloc[0])
+        outcomes.append(compare(b, a))  # 16-bit E2 above full 8-bit?
+        parts.append(f"{r8['model']}: full 8-bit {a.text()}, 16-bit E2 {b.text()}")
+    measured = "; ".join(parts)
+    if outcomes and all(o == "above" for o in outcomes):
+        return Verdict(REPRODUCED, measured)
+    if any(o == "below" for o in outcomes):
+        return Verdict(NOT_REPRODUCED, measured, "full 8-bit E2 is significantly better somewhere")
+    if "unknown" in outcomes:
+        return Verdict(INCONCLUSIVE, measured, "one seed: no estimate of the noise")
+    return Verdict(INCONCLUSIVE, measured, "differences within the seeds' spread")
+
+
+def _e2_most_sensitive(ctx: Context) -> Verdict:
+    frame = ctx.table("wageubn-table2")
+    paths = {str(r["options"]).split("=")[-1]: estimate(r) for _, r in frame.iterrows()}
+    e2 = paths.pop("E2")
+    order = sorted(paths.items(), key=lambda kv: kv[1].mean if kv[1].mean is not None else math.inf)
+    measured = f"top-1 with only E2 in 8 bits {e2.text()}; " + ", ".join(f"{k} {v.text()}" for k, v in order)
+    outcomes = [compare(e2, other) for other in paths.values()]
+    if all(o == "below" for o in outcomes):
+        return Verdict(REPRODUCED, measured)
+    if any(o == "above" for o in outcomes):
+        return Verdict(
+            NOT_REPRODUCED, measured, "quantizing E2 alone costs significantly less than another path"
+        )
+    if "unknown" in outcomes:
+        return Verdict(INCONCLUSIVE, measured, "one seed: no estimate of the noise")
+    return Verdict(INCONCLUSIVE, measured, "differences within the seeds' spread")
+
+
+def _int8_faster(baseline: str) -> Callable[[Context], Verdict]:
+    def check(ctx: Context) -> Verdict:
+        frame = ctx.table("table7")
+        daiq = row(frame, method="daiq")
+        ratio = daiq["iteration_vs_fp16" if baseline == "FP16" else "iteration_vs_fp32"]
+        half = row(frame, precision="FP16")
+        device = str(daiq["device"])
+        measured = (
+            f"ResNet-50 iteration, INT8 (DAIQ) over {baseline}: {ratio:.2f} (DAIQ Table 7 paper "
+            f"{daiq['paper_iteration_vs_fp16' if baseline == 'FP16' else 'paper_iteration_vs_fp32']:.2f}); "
+            f"{daiq['iteration_ms']:.0f} ms at batch {daiq['batch']}, {daiq['size']} px on {device}"
+        )
+        if baseline == "FP16" and str(half["method"]) == "bf16" and ratio < 0.2:
+            slow = half["iteration_vs_fp32"]
+            reason = (
+                f"bf16 is emulated on this CPU ({slow:.1f}x FP32's time): it says nothing of a GPU's FP16"
+            )
+            return Verdict(INCONCLUSIVE, measured, reason)
+        if ratio < 0.95:
+            return Verdict(REPRODUCED, measured)
+        if ratio > 1.05:
+            return Verdict(NOT_REPRODUCED, measured, f"INT8 is slower than {baseline} on this device")
+        return Verdict(INCONCLUSIVE, measured, "within 5%")
+
+    return check
+
+
+def _close_to_fp32(ctx: Context) -> Verdict:
+    parts, outcomes = [], []
+    for name in ("table4", "table6"):
+        frame = ctx.table(name)
+        for _, r in frame[frame["status"].astype(str).str.startswith("ok")].iterrows():
+            delta = Estimate(_num(r["delta"]), _num(r["delta_std"]), int(min(r["n_int8"], r["n_fp32"])))
+            o = compare(delta, Estimate(0.0, 0.0, 2), margin=-1.0)  # 'below': more than 1 point lost
+            outcomes.append(o)
+            parts.append(f"{r['model']} {r['label']} {delta.mean:+.2f}" if delta.mean is not None else "")
+    measured = "INT8 - FP32 top-1: " + "; ".join(p for p in parts if p)
+    if not outcomes:
+        return Verdict(INCONCLUSIVE, measured, "no row finished")
+    if any(o == "below" for o in outcomes):
+        return Verdict(NOT_REPRODUCED, measured, "some rows lose significantly more than one point")
+    if "unknown" in outcomes:
+        return Verdict(INCONCLUSIVE, measured, "single seeds (DAIQ Table 6) or missing spreads")
+    return Verdict(REPRODUCED, measured)
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("ui8-clipping", "UI8", "Figure 2, Table 3",
+          "MobileNetV2 INT8 training without gradient clipping crashes; direction-sensitive clipping "
+          "fixes it",
+          _clipping_fixes_the_crash, ("ui8-table3",)),
+    Claim("ui8-period", "UI8", "Tables 2 and 5",
+          "A longer clip-update period costs little accuracy and saves time",
+          _period_costs_little, ("ui8-table5", "ui8-table2")),
+    Claim("daiq-ablation", "DAIQ", "Table 2",
+          "GVQ, MCS and both together each beat per-tensor GQ", _daiq_ablations_beat_gq, ("table2",)),
+    Claim("wageubn-e2", "WAGEUBN", "Table I",
+          "The full 8-bit version (Flag QE2) is worse than the 16-bit E2 version",
+          _flag_e2_worse_than_16_bit, ("wageubn-table1",)),
+    Claim("wageubn-sensitivity", "WAGEUBN", "Table II",
+          "E2 is the most sensitive data path: quantizing it alone costs the most accuracy",
+          _e2_most_sensitive, ("wageubn-table2",)),
+    Claim("int8-vs-fp32", "DAIQ / UI8", "DAIQ Table 7, UI8 Table 10",
+          "INT8 training is faster per iteration than FP32", _int8_faster("FP32"), ("table7",)),
+    Claim("int8-vs-fp16", "DAIQ", "Table 7",
+          "INT8 training is faster per iteration than FP16", _int8_faster("FP16"), ("table7",)),
+    Claim("close-to-fp32", "DAIQ / UI8", "DAIQ Tables 4 and 6",
+          "DAIQ and UI8 stay within about one point of FP32 across models", _close_to_fp32,
+          ("table4", "table6")),
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------
+# the report
+
+CSV_COLUMNS = ["key", "paper", "source", "claim", "verdict", "measurement", "reason", "commands", "profile"]
+
+
+def evaluate(ctx: Context, claims=CLAIMS) -> pd.DataFrame:
+    records = []
+    for claim in claims:
+        try:
+            v = claim.check(ctx)
+        except Exception as err:  # noqa: BLE001 - one claim's failure is reported, the rest still run
+            v = Verdict(INCONCLUSIVE, "", f"could not be measured: {type(err).__name__}: {err}")
+        commands = "; ".join(ctx.commands[n] for n in claim.needs if n in ctx.commands)
+        records.append(
+            {"key": claim.key, "paper": claim.paper, "source": claim.source, "claim": claim.text,
+             "verdict": v.verdict, "measurement": v.measurement, "reason": v.reason, "commands": commands,
+             "profile": ctx.profile}
+        )  # fmt: skip
+    return pd.DataFrame.from_records(records, columns=CSV_COLUMNS)
+
+
+def markdown(frame: pd.DataFrame, ctx: Context) -> str:
+    counts = frame["verdict"].value_counts()
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE))
+    data = sorted({str(m.get("dataset_used", "")) for m in ctx.metas.values() if m.get("dataset_used")})
+    devices = sorted({str(m.get("device_label", "")) for m in ctx.metas.values() if m.get("device_label")})
+    lines = [
+        "# What was reproduced: the papers' claims checked here",
+        "",
+        f"Profile: {ctx.profile}. {summary}. Data: {'; '.join(data) or '-'}. Speed measured on: "
+        f"{'; '.join(devices) or '-'}.  ",
+        "Each verdict is computed from the measurement beside it (tables.claims): a difference counts when "
+        f"it exceeds {Z:g} standard errors of the seeds' spread; with one seed there is no spread and the "
+        "verdict is inconclusive.",
+        "",
+        f"**Measured at the {ctx.profile} profile on stand-in data and short schedules: these are not "
+        "reproductions of the papers' ImageNet, CIFAR-10, COCO or Kinetics numbers.**",
+        "",
+        "| Claim | Source | Verdict | Measurement | Reason |",
+        "|---|---|---|---|---|",
+    ]
+    for r in frame.to_dict("records"):
+        cells = [
+            r["claim"],
+            f"{r['paper']} {r['source']}",
+            f"**{r['verdict']}**",
+            r["measurement"],
+            r["reason"],
+        ]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    lines += ["", "Commands:", ""] + [f"- `{c}`" for c in dict.fromkeys(ctx.commands.values())]
+    lines += [
+        "",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')} by `make claims PROFILE={ctx.profile}`.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write(ctx: Context, claims=CLAIMS) -> tuple[pd.DataFrame, dict[str, Path]]:
+    frame = evaluate(ctx, claims)
+    ctx.results_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"md": ctx.results_dir / "claims.md", "csv": ctx.results_dir / "claims.csv"}
+    write_file(paths["md"], markdown(frame, ctx))
+    write_file(paths["csv"], frame.to_csv(index=False))
+    return frame, paths
+
+
+def main(argv=None) -> int:
+    from tasks import PROFILES
+
+    ap = argparse.ArgumentParser(prog="python -m tables.claims", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default="embedded")
+    ap.add_argument("--results-dir", default="results", type=Path)
+    ap.add_argument("--seeds", type=int, default=None)
+    ap.add_argument("--device", default=None, help="the speed tables' device (default: cuda when present)")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    if args.profile not in PROFILES:
+        print(f"error: unknown profile {args.profile!r}; choose from {', '.join(PROFILES)}", file=sys.stderr)
+        return 2
+    ctx = Context(args.profile, args.results_dir, args.seeds, args.device, not args.no_progress)
+    frame, paths = write(ctx)
+    print(paths["md"].read_text())
+    print(f"wrote {paths['md']} and {paths['csv']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The claims report: verdicts computed from measurements (fake tables here), the report's files."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tables import claims
+from tables.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Context, Estimate, compare
+
+
+def _row(label, method="ui8", int8=90.0, std=0.5, n=2, status="ok", **extra):
+    base = dict(label=label, method=method, int8=int8, int8_std=std, n_int8=n, fp32=None, fp32_std=None,
+                n_fp32=0, status=status, dataset="stand-in", options="", model="m")  # fmt: skip
+    return base | extra
+
+
+def context(**frames) -> Context:
+    ctx = Context(profile="smoke")
+    for name, rows in frames.items():
+        ctx.frames[name.replace("_", "-")] = pd.DataFrame(rows)
+        ctx.commands[name.replace("_", "-")] = f"repro table {name} --profile smoke"
+    return ctx
+
+
+def test_compare_needs_two_seeds_and_a_difference_beyond_the_spread():
+    a, b = Estimate(91.0, 0.2, 3), Estimate(90.0, 0.2, 3)
+    assert compare(a, b) == "above" and compare(b, a) == "below"
+    assert compare(Estimate(90.1, 1.0, 2), b) == "within"
+    assert compare(Estimate(91.0, None, 1), b) == "unknown"
+    # margin -1: 'above' = a lost less than one point against b, beyond the spread; 'below' = more
+    assert compare(Estimate(89.5, 0.1, 4), b, margin=-1.0) == "above"
+    assert compare(Estimate(88.0, 0.1, 4), b, margin=-1.0) == "below"
+
+
+def test_clipping_claim():
+    crash = [_row("No clipping", status="diverged (2 of 2 seeds)", int8=None, n=0),
+             _row("Direction Sensitive Gradient Clipping")]  # fmt: skip
+    assert claims._clipping_fixes_the_crash(context(ui8_table3=crash)).verdict == REPRODUCED
+    no_crash = [_row("No clipping"), _row("Direction Sensitive Gradient Clipping")]
+    v = claims._clipping_fixes_the_crash(context(ui8_table3=no_crash))
+    assert v.verdict == NOT_REPRODUCED and "no crash" in v.reason
+
+
+def test_ablation_claim_verdicts():
+    def table(gvq, mcs, both, n=3):
+        return [_row("GQ", "gq", 90.0, 0.2, n), _row("GVQ", "daiq-gvq", gvq, 0.2, n),
+                _row("MCS", "daiq-mcs", mcs, 0.2, n), _row("both", "daiq", both, 0.2, n)]  # fmt: skip
+
+    assert claims._daiq_ablations_beat_gq(context(table2=table(91, 91, 92))).verdict == REPRODUCED
+    assert claims._daiq_ablations_beat_gq(context(table2=table(89, 91, 92))).verdict == NOT_REPRODUCED
+    v = claims._daiq_ablations_beat_gq(context(table2=table(90.1, 90.2, 90.0)))
+    assert v.verdict == INCONCLUSIVE and "spread" in v.reason
+    v = claims._daiq_ablations_beat_gq(context(table2=table(91, 91, 92, n=1)))
+    assert v.verdict == INCONCLUSIVE and "one seed" in v.reason
+
+
+def test_e2_sensitivity_claim():
+    def table(e2):
+        rows = [_row(f"k{p} = 8", "wageubn", 95.0, 0.2, 3, options=f"quantize_only={p}")
+                for p in ("W", "BN", "A", "GW", "E1")]  # fmt: skip
+        return rows + [_row("kE2 = 8", "wageubn", e2, 0.2, 3, options="quantize_only=E2")]
+
+    assert claims._e2_most_sensitive(context(wageubn_table2=table(93.0))).verdict == REPRODUCED
+    v = claims._e2_most_sensitive(context(wageubn_table2=table(97.0)))
+    assert v.verdict == NOT_REPRODUCED and "E2" in v.measurement
+
+
+def test_speed_claims_read_the_paired_ratios():
+    base = dict(paper_iteration_vs_fp16=0.85, paper_iteration_vs_fp32=0.49, iteration_ms=100.0, batch=16,
+                size=224, device="a CPU")  # fmt: skip
+    rows = [
+        dict(base, method="daiq", precision="INT8", iteration_vs_fp16=0.05, iteration_vs_fp32=0.85),
+        dict(base, method="bf16", precision="FP16", iteration_vs_fp16=1.0, iteration_vs_fp32=17.5),
+    ]
+    ctx = context(table7=rows)
+    assert claims._int8_faster("FP32")(ctx).verdict == REPRODUCED
+    v = claims._int8_faster("FP16")(ctx)
+    assert v.verdict == INCONCLUSIVE and "emulated" in v.reason
+    rows[0]["iteration_vs_fp32"] = 1.3
+    assert claims._int8_faster("FP32")(context(table7=rows)).verdict == NOT_REPRODUCED
+
+
+def test_report_files_and_a_claim_that_cannot_be_measured(tmp_path):
+    ctx = context()
+    ctx.results_dir = tmp_path
+
+    def boom(ctx):
+        raise FileNotFoundError("no such table")
+
+    frame, paths = claims.write(ctx, (claims.Claim("x", "UI8", "Table 0", "a claim", boom, ()),))
+    assert list(frame.columns) == claims.CSV_COLUMNS
+    assert frame["verdict"].tolist() == [INCONCLUSIVE] and "could not be measured" in frame["reason"][0]
+    text = paths["md"].read_text()
+    assert "not reproductions of the papers'" in text and "| a claim | UI8 Table 0 |" in text
+
+
+@pytest.mark.parametrize("profile", ["tiny"])
+def test_cli_rejects_an_unknown_profile(profile, capsys):
+    assert claims.main(["--profile", profile]) == 2
+    assert "unknown profile" in capsys.readouterr().err
