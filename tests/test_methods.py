@@ -148,6 +148,18 @@ def test_ui8_periodic_update_reoptimises_only_every_period():
     assert clips[3] == clips[4] == clips[5] != clips[6]
 
 
+def test_ui8_a_clip_searched_on_a_zero_gradient_does_not_zero_the_period():
+    # a layer behind a zero-initialised BatchNorm, or an FPN level without positives, sees G = 0 at the
+    # search; the later gradients of that period are quantized unclipped, not to zero
+    q = build_method("ui8", period=100).make_layer_quantizer()
+    assert float(q.grad(torch.zeros(4, 8, 5, 5), 1).gx.abs().sum()) == 0
+    g = torch.randn(4, 8, 5, 5, generator=torch.Generator().manual_seed(2))
+    codes = q.grad(g, 1)
+    assert q.updates == 1 and q.clip == 0.0
+    assert math.isclose(float(codes.gx_scale), float(g.abs().max()), rel_tol=1e-6)
+    assert int(codes.gx.abs().max()) == 127
+
+
 def test_fp32_does_not_quantize():
     assert build_method("fp32").make_layer_quantizer().quantizes is False
 

@@ -98,6 +98,15 @@ def lr_factor(d_c: float, alpha: float, beta: float) -> float:
     return max(math.exp(-alpha * max(d_c, 0.0)), beta)
 
 
+def _searched_or_unclipped(c: torch.Tensor, g: torch.Tensor, backend) -> torch.Tensor:
+    """The clip value to quantize g with: c, or max|g| (no clipping) where c = 0. A search on an all-zero
+    gradient (a layer no loss reached yet: behind a zero-initialised BatchNorm, an FPN level without
+    positives) finds no c in (0, max|G|]; reused as 0 for a whole period it zeroed every later gradient."""
+    if c.device.type == "cpu":  # reading a CPU tensor costs no synchronisation, and spares the absmax
+        return c if float(c) > 0 else backend.absmax(g)
+    return torch.where(c > 0, c, backend.absmax(g))
+
+
 class Ui8Quantizer(LayerQuantizer):
     # c and d_c live on the gradient's device between searches (reading them waits for the device)
     def __init__(self, method: Method):
@@ -133,7 +142,7 @@ class Ui8Quantizer(LayerQuantizer):
                 self._clip, self._d_c = search_clip_tensor(g)
                 self.updates += 1
             self._clip = self._clip.to(device=g.device, dtype=torch.float32)
-            s = self._clip
+            s = _searched_or_unclipped(self._clip, g, backend)
         else:
             s = backend.absmax(g)
             if self.due():
