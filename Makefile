@@ -98,4 +98,4 @@ $(SPEED_TABLES):
 .PHONY: claims
 claims:
 	$(BIN)/python -m tables.claims --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
-	  $(if $(DEVICE),--device $(DEVICE))
+	  $(if $(DEVICE),--device $(DEVICE)) $(if $(KEPT),--kept $(KEPT))

@@ -99,3 +99,20 @@ def test_report_files_and_a_claim_that_cannot_be_measured(tmp_path):
 def test_cli_rejects_an_unknown_profile(profile, capsys):
     assert claims.main(["--profile", profile]) == 2
     assert "unknown profile" in capsys.readouterr().err
+
+
+def test_kept_results_are_read_and_a_missing_table_is_inconclusive(tmp_path):
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    rows = [_row("Ours", method=m, int8=None, delta=d, delta_std=0.1, n_fp32=2) for m, d in
+            (("daiq", -0.2), ("ui8", 0.1), ("dorefa", -60.0))]  # fmt: skip
+    pd.DataFrame(rows).to_csv(kept / "table4.csv", index=False)
+    pd.DataFrame(rows[:1]).to_csv(kept / "table6.csv", index=False)
+    ctx = Context(profile="embedded", results_dir=tmp_path / "out", kept=kept)
+    frame = claims.evaluate(ctx, [c for c in claims.CLAIMS if c.key in ("close-to-fp32", "ui8-clipping")])
+    verdicts = dict(zip(frame["key"], frame["verdict"], strict=True))
+    # DoReFa's -60 is not DAIQ's or UI8's: it does not decide the claim
+    assert verdicts == {"close-to-fp32": REPRODUCED, "ui8-clipping": INCONCLUSIVE}
+    reason = frame.set_index("key").loc["ui8-clipping", "reason"]
+    assert "ui8-table3 is not among the kept results" in reason
+    assert claims.main(["--kept", str(tmp_path / "nowhere")]) == 2
