@@ -171,6 +171,7 @@ def run_top1(
     data_root: str | None,
     work_dir: str | None,
     cfg_options: dict | None,
+    skip_bad_samples: bool = False,
 ) -> RunResult:
     """`run` of a top-1 task: check the names and options (one-line ValueErrors listing the choices),
     then train build_config(...)'s Runner config through the shared harness."""
@@ -182,5 +183,6 @@ def run_top1(
         lambda work: build_config(model, method, profile, seed, options, paper_dataset, data_root, work),
         task=task, model=model, method=method, method_options=options, profile=profile,
         paper_dataset=paper_dataset, seed=seed, work_dir=work_dir, cfg_options=cfg_options,
-        dataset=lambda cfg: cfg.train_dataloader.dataset.dataset, scores=top1_scores,
+        dataset=lambda cfg: cfg.train_dataloader.dataset.dataset, scores=top1_scores, data_root=data_root,
+        skip_bad_samples=skip_bad_samples,
     )  # fmt: skip
