@@ -8,13 +8,18 @@ REPRO_FAULT_RANK=R            inject the faults below only on rank R (default: e
 REPRO_FAULT_NAN_GRAD_AT=N     a NaN gradient reaches the network's output in iteration N (the last layer
                               is float, so the int8 layer before it meets the NaN in its backward pass)
 REPRO_FAULT_NAN_FLAG_AT=N     a GPU-style deferred NaN flag (kernels.errors) set in iteration N
+REPRO_FAULT_CELL_LOG=PATH     table cells of the classification task do not train: each appends
+                              "<pid> <model> <method> <options> <seed>" to PATH and returns a made-up
+                              result after REPRO_FAULT_CELL_S seconds (default 0.3)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
+import time
 
 import torch
 from mmengine.runner import EpochBasedTrainLoop
@@ -23,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kernels.errors import device_flag  # noqa: E402
 from tables.command import main  # noqa: E402
-from tasks import top1  # noqa: E402
+from tasks import classification, top1  # noqa: E402
 
 
 def _at(name: str) -> int | None:
@@ -68,6 +73,24 @@ def forward(self, inputs, labels=None, mode="tensor"):
 
 
 top1.CrossEntropyClassifier.forward = forward
+
+CELL_LOG = os.environ.get("REPRO_FAULT_CELL_LOG")
+
+
+def fake_cell(model, method, profile, seed, method_options=None, **kw) -> dict:
+    time.sleep(float(os.environ.get("REPRO_FAULT_CELL_S", "0.3")))
+    options = json.dumps(method_options or {}, sort_keys=True)
+    fd = os.open(CELL_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{os.getpid()} {model} {method} {options} {seed}\n".encode())
+    finally:
+        os.close(fd)
+    top1 = 40.0 + len(model) + len(method) + seed
+    return dict(task="classification", model=model, method=method, top1=top1, final_loss=0.5, diverged=False)
+
+
+if CELL_LOG:
+    classification.run = fake_cell
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
