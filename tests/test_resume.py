@@ -164,3 +164,39 @@ def test_a_temporary_work_dir_keeps_no_checkpoints_and_the_loop_is_resumable(mon
     cfg = seen["cfg"]
     assert cfg.default_hooks.checkpoint is None and cfg.train_cfg.type == "ReproEpochBasedTrainLoop"
     assert cfg[RUN_KEY]["model"] == "resnet18" and not cfg.get("resume")
+
+
+def test_a_table_cell_killed_mid_run_resumes_from_its_work_dir(tmp_path, monkeypatch):
+    """The table generator keeps an unfinished cell's work dir; the next `repro table` resumes the cell
+    from its checkpoint there (an interrupt stands in for the kill; checkpoints at every epoch)."""
+    import dataclasses
+
+    from tables.generate import generate
+    from tables.specs import SPECS
+    from tasks import top1
+
+    monkeypatch.setattr("tasks.checkpoints.DEFAULT_MIN_INTERVAL_S", 0.0)
+    spec = SPECS["table4"]
+    spec = dataclasses.replace(
+        spec, rows=tuple(r for r in spec.rows if (r.model, r.method) == ("resnet18", "daiq"))
+    )
+    real, calls = top1.CrossEntropyClassifier.forward, {"n": 0}
+
+    def forward(self, inputs, labels=None, mode="tensor"):
+        calls["n"] += 1 if mode == "loss" else 0
+        if mode == "loss" and calls["n"] == 6 + 5:  # the FP32 baseline's 6 steps, then the 5th of DAIQ's
+            raise KeyboardInterrupt
+        return real(self, inputs, labels, mode)
+
+    monkeypatch.setattr(top1.CrossEntropyClassifier, "forward", forward)
+    with pytest.raises(KeyboardInterrupt):
+        generate(spec, profile="smoke", results_dir=tmp_path, progress=False)
+    (work,) = [p for p in (tmp_path / "work").iterdir() if p.is_dir()]
+    assert sorted(p.name for p in work.glob("*.pth")) == ["epoch_1.pth"]
+
+    out = generate(spec, profile="smoke", results_dir=tmp_path, progress=False)
+    assert out.ran == 1 and out.cached == 1 and out.errors == 0
+    (resumed,) = [o.result for o in out.outcomes.values() if not o.cached]
+    assert resumed["method"] == "daiq" and resumed["resumed_from"] == str(work / "epoch_1.pth")
+    assert resumed["iters"] == 6 and resumed["top1"] is not None
+    assert not work.exists()  # removed once the cell is cached
