@@ -122,7 +122,8 @@ def training_config(r: dict, method: str, method_options: dict | None, profile: 
         param_scheduler=param_scheduler(r),
         default_hooks=dict(
             logger=dict(type="LoggerHook", interval=r["log_interval"]),
-            # paper: a checkpoint per epoch (resume=True works); the short profiles save none
+            # a run whose work dir is kept gets the resumable checkpoint hook instead, whatever the
+            # profile (tasks.checkpoints.configure_checkpoints); a temporary one saves none
             checkpoint=dict(type="CheckpointHook", interval=1, max_keep_ckpts=2)
             if profile == "paper"
             else None,
