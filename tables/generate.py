@@ -269,8 +269,13 @@ class _Session:
             where = work_dir if self.log_root is None else f"{work_dir} and {self.log_root / cell.key}.log"
             self.bar.write(f"{self.plan.spec.name}: {cell.describe()} failed: {one_line(err)} (see {where})")
             return Outcome(error=one_line(err))
-        self.cache.store(cell, result, time.perf_counter() - start)
+        path = self.cache.store(cell, result, time.perf_counter() - start)
         shutil.rmtree(work_dir, ignore_errors=True)
+        if result.get("skipped_samples"):  # --skip-bad-samples: never silent
+            n = len(result["skipped_samples"])
+            self.bar.write(
+                f"{self.plan.spec.name}: {cell.describe()} skipped {n} bad samples (listed in {path})"
+            )
         return Outcome(result=result)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 from PIL import Image
 
 from tables.command import main
+from tables.generate import generate
+from tables.specs import SPECS
 from tasks import detection
 from tasks.bad_data import BadDataError, SkipPolicy, one_line_error, read_image
 from tasks.datasets import image_folder
@@ -198,3 +201,27 @@ def test_detection_annotation_files_missing_or_malformed_name_the_file(tmp_path,
     assert main(["train", "--task", "detection", "--model", "faster_rcnn_r50_fpn", "--method", "fp32",
                  "--profile", "smoke", "--skip-bad-samples"]) == 2  # fmt: skip
     assert "cannot skip samples" in capsys.readouterr().err
+
+
+def test_a_table_with_skip_bad_samples_passes_it_on_and_says_what_its_cells_skipped(tmp_path, capsys):
+    seen = []
+
+    def runner(**kw):
+        seen.append(kw.get("skip_bad_samples"))
+        skipped = ["/d/img0.JPEG: OSError: cannot identify image file"] if kw["method"] == "daiq" else []
+        return dict(method=kw["method"], top1=50.0, diverged=False, skipped_samples=skipped)
+
+    spec = SPECS["table4"]
+    spec = dataclasses.replace(
+        spec, rows=tuple(r for r in spec.rows if (r.model, r.method) == ("resnet18", "daiq"))
+    )
+    out = generate(
+        spec, profile="smoke", results_dir=tmp_path, runner=runner, progress=False, skip_bad_samples=True
+    )
+    assert seen == [True, True] and out.errors == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "bad samples" in x]
+    assert "resnet18/daiq" in line and "skipped 1 bad samples (listed in " in line
+    (entry,) = [
+        json.loads(p.read_text()) for p in (tmp_path / "cache").glob("*.json") if "daiq" in p.read_text()
+    ]
+    assert entry["result"]["skipped_samples"] == ["/d/img0.JPEG: OSError: cannot identify image file"]
