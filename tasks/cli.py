@@ -106,6 +106,11 @@ def cmd_train(args) -> int:
     if args.model is None and config is None:
         print("error: --model is required (or --config for --task detection)", file=sys.stderr)
         return 2
+    if args.profile == "paper" and args.work_dir is None and _rank() == 0:
+        print(
+            "repro: no --work-dir: this run keeps no checkpoints and cannot resume if stopped",
+            file=sys.stderr,
+        )
     cfg_options = dict(args.cfg_options or {})
     if args.launcher != "none":
         cfg_options["launcher"] = args.launcher

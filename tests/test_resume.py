@@ -200,3 +200,13 @@ def test_a_table_cell_killed_mid_run_resumes_from_its_work_dir(tmp_path, monkeyp
     assert resumed["method"] == "daiq" and resumed["resumed_from"] == str(work / "epoch_1.pth")
     assert resumed["iters"] == 6 and resumed["top1"] is not None
     assert not work.exists()  # removed once the cell is cached
+
+
+def test_a_paper_run_without_a_work_dir_says_it_cannot_resume(tmp_path, capsys):
+    from tables.command import main
+
+    args = ["train", "--model", "resnet18", "--method", "fp32", "--profile", "paper", "--data-root"]
+    assert main([*args, str(tmp_path)]) == 2  # no ImageNet there
+    assert "no --work-dir: this run keeps no checkpoints" in capsys.readouterr().err
+    assert main([*args, str(tmp_path), "--work-dir", str(tmp_path / "w")]) == 2
+    assert "no --work-dir" not in capsys.readouterr().err
