@@ -15,9 +15,10 @@ What they add to EpochBasedTrainLoop / IterBasedTrainLoop:
 - a training loader without one full batch is one line (BadDataError) instead of MMEngine's scheduler
   error ("end should be larger than begin").
 
-With loader workers (the paper profile) each worker's own generator starts again from its seed after a
-resume, so random augmentations of the remaining batches differ from an uninterrupted run's; everything
-else (data order, weights, optimizer, schedules, method state, stochastic rounding) is the same.
+With loader workers (the paper profile's are persistent) each worker's own generator starts again from its
+seed after a resume, at an epoch's end too, so the random augmentations after it differ from an
+uninterrupted run's; everything else (data order, weights, optimizer, schedules, method state, stochastic
+rounding) is the same. The workers' generators live in their processes and are not checkpointed.
 """
 
 from __future__ import annotations
