@@ -193,8 +193,12 @@ class CellClaim:
         self._fd = fd
         return True
 
-    def release(self) -> None:
+    def release(self, remove: bool = False) -> None:
+        """Drop the claim; `remove` (only once the cell is cached) deletes the lock file too. Safe: a
+        process that still locks the removed file, or a new one, finds the cell in the cache."""
         if self._fd is not None:
+            if remove:
+                self.path.unlink(missing_ok=True)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

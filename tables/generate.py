@@ -227,6 +227,7 @@ class _Session:
         claim = CellClaim(self.work_root, cell)
         if not claim.acquire(wait=wait):
             return False
+        cached = False
         try:
             entry = self.cache.load(cell)
             if entry is not None:
@@ -234,9 +235,10 @@ class _Session:
             else:
                 self.bar.set_postfix_str(cell.describe(), refresh=True)
                 outcomes[cell.key] = self.run(cell)
+            cached = outcomes[cell.key].error is None
             self.bar.update(1)
         finally:
-            claim.release()
+            claim.release(remove=cached)
         return True
 
     def run(self, cell: Cell) -> Outcome:

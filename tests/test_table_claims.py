@@ -37,6 +37,7 @@ def test_two_table_processes_never_run_a_cell_twice(tmp_path):
     cached = list((results / "cache").glob("*.json"))
     assert len(cached) == 31 and all(json.loads(p.read_text())["result"]["top1"] for p in cached)
     assert not list((results / "cache").glob(".*.tmp"))
+    assert not list((results / "work").glob("*"))  # no work dir and no claim left once cached
     table = (results / "table4.csv").read_text()
     assert "error" not in table and table.count("\n") > 20
 
