@@ -22,7 +22,7 @@ import sys
 import time
 
 import torch
-from mmengine.runner import EpochBasedTrainLoop
+from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -45,19 +45,26 @@ KILL_AT, STOP_AT, NAN_GRAD_AT, NAN_FLAG_AT = (
     _at(f"REPRO_FAULT_{k}") for k in ("KILL_AT", "STOP_AT", "NAN_GRAD_AT", "NAN_FLAG_AT")
 )
 _iteration = {"now": -1}
-_run_iter = EpochBasedTrainLoop.run_iter
 
 
-def run_iter(self, idx, data_batch):
-    _iteration["now"] = self._iter
-    if KILL_AT is not None and self._iter == KILL_AT and _this_rank():
+def _fault(loop) -> None:
+    _iteration["now"] = loop._iter
+    if KILL_AT is not None and loop._iter == KILL_AT and _this_rank():
         os.kill(os.getpid(), signal.SIGKILL)
-    if STOP_AT is not None and self._iter == STOP_AT and _this_rank():
+    if STOP_AT is not None and loop._iter == STOP_AT and _this_rank():
         os.kill(os.getpid(), signal.SIGSTOP)
-    return _run_iter(self, idx, data_batch)
 
 
-EpochBasedTrainLoop.run_iter = run_iter
+def _with_faults(run_iter):
+    def faulty(self, *args):
+        _fault(self)
+        return run_iter(self, *args)
+
+    return faulty
+
+
+EpochBasedTrainLoop.run_iter = _with_faults(EpochBasedTrainLoop.run_iter)
+IterBasedTrainLoop.run_iter = _with_faults(IterBasedTrainLoop.run_iter)
 _forward = top1.CrossEntropyClassifier.forward
 
 
