@@ -13,6 +13,9 @@ resume needs (the data order comes from the sampler's seed and epoch, tasks.trai
 - every rank's RNG states (tasks.rng_states: Python, NumPy, torch's CPU generator, which keys the
   stochastic rounding, and the GPUs'), under meta["repro_rng"], restored by the train loop at the
   point they were saved;
+- in a data-parallel run, every rank's INT8 method state under meta["repro_int8_ranks"]: each rank's
+  statistics come from its own share of the batch (DAIQ's s_c, UI8's clip values), while
+  Int8TrainingHook's entry holds rank 0's only;
 - the run's identity (tasks.resume) under meta["repro_run"], so that no other run ever loads it;
 - a checkpoint is written under a temporary name and renamed into place, so a kill never leaves half of
   one under a checkpoint's name.
@@ -28,13 +31,16 @@ from typing import Any
 from mmengine.config import Config
 from mmengine.dist import all_gather_object, get_rank, get_world_size, is_main_process
 from mmengine.hooks import CheckpointHook
+from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 from mmengine.runner import Runner
 
 from kernels.atomic import write_file
+from repro.layers import load_method_state_dict, method_state_dict
 from tasks.rng_states import rng_state
 
 RNG_KEY = "repro_rng"
+INT8_RANKS_KEY = "repro_int8_ranks"
 RUN_KEY = "repro_run"
 # Checkpoints inside an epoch, every this many iterations, at the profiles whose epochs are long (ImageNet
 # at batch 256: 5,005 iterations an epoch; Kinetics-400 at batch 128: about 1,880).
@@ -80,6 +86,8 @@ class ResumableRunner(Runner):
         meta = dict(meta or {})
         # every rank draws its own stochastic-rounding keys: all of them go into rank 0's file
         meta[RNG_KEY] = all_gather_object(rng_state()) if get_world_size() > 1 else [rng_state()]
+        if get_world_size() > 1:
+            meta[INT8_RANKS_KEY] = all_gather_object(method_state_dict(self._bare_model()))
         identity = self.cfg.get(RUN_KEY)
         if identity is not None:
             meta[RUN_KEY] = identity.to_dict() if hasattr(identity, "to_dict") else dict(identity)
@@ -112,7 +120,13 @@ class ResumableRunner(Runner):
                 f"{filename} holds the random states of {len(states)} ranks, this run has "
                 f"{get_world_size()}: they start from the seed"
             )
+        int8 = (self._loaded_meta or {}).get(INT8_RANKS_KEY) or []
+        if len(int8) == get_world_size() > 1:
+            load_method_state_dict(self._bare_model(), int8[get_rank()])
         self.resumed_from = filename
+
+    def _bare_model(self):
+        return self.model.module if is_model_wrapper(self.model) else self.model
 
 
 @HOOKS.register_module(name="ReproCheckpointHook", force=True)
