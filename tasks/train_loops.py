@@ -71,6 +71,14 @@ class _Resumable:
             set_rng_state(self.pending_rng)
             self.pending_rng = None
 
+    def _due_after(self, done: int, last: int) -> bool:
+        """Whether validation is due after `done` epochs (or iterations) of `last`, as in MMEngine."""
+        return (
+            self.runner.val_loop is not None
+            and done >= self.val_begin
+            and (done % self.val_interval == 0 or done == last)
+        )
+
     def _validate(self) -> None:
         with rng_preserved():
             self.runner.val_loop.run()
@@ -88,11 +96,7 @@ class ResumableEpochBasedTrainLoop(_Resumable, EpochBasedTrainLoop):
             object.__setattr__(self.dataloader, "batch_sampler", self._batches)
 
     def _val_due(self) -> bool:
-        return (
-            self.runner.val_loop is not None
-            and self._epoch >= self.val_begin
-            and (self._epoch % self.val_interval == 0 or self._epoch == self._max_epochs)
-        )
+        return self._due_after(self._epoch, self._max_epochs)
 
     def run(self):
         self.runner.call_hook("before_train")
@@ -133,11 +137,7 @@ class ResumableIterBasedTrainLoop(_Resumable, IterBasedTrainLoop):
         check_one_batch(self.dataloader)
 
     def _val_due(self) -> bool:
-        return (
-            self.runner.val_loop is not None
-            and self._iter >= self.val_begin
-            and (self._iter % self.val_interval == 0 or self._iter == self._max_iters)
-        )
+        return self._due_after(self._iter, self._max_iters)
 
     def run(self):
         self.runner.call_hook("before_train")
