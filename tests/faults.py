@@ -1,4 +1,5 @@
-"""Faults injected into a real `repro` process, for the tests of tests/test_resilience.py.
+"""Faults injected into a real `repro` process, for tests/test_resume.py, test_distributed.py and
+test_table_claims.py.
 
     python tests/faults.py train --model resnet18 ...      # `repro` with the faults the env names
 

@@ -61,7 +61,7 @@ def test_an_unreadable_image_is_one_line_naming_it_or_is_skipped_and_listed(tmp_
     root = _imagenet(tmp_path / "imagenet")
     bad = root / "train" / "n01" / "img0.JPEG"
     bad.write_text("this is not a JPEG")
-    assert main(_train(root)) == 2
+    assert main(_train(root, "--work-dir", str(tmp_path / "failed"))) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "Traceback" not in err, err
     assert (
@@ -105,7 +105,7 @@ def test_an_empty_class_folder_is_one_line_naming_it(tmp_path):
 def test_data_smaller_than_one_batch_is_one_line(tmp_path, capsys):
     root = _imagenet(tmp_path)  # 8 training images; the paper recipe's batch is 256
     small = [o for o in SMALL if not o.startswith("train_dataloader.batch_size")]
-    assert main(_train(root, options=small)) == 2
+    assert main(_train(root, "--work-dir", str(tmp_path / "work"), options=small)) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
         f"error: the training data imagenet train ({root / 'train'}) has 8 samples, fewer than one batch "
