@@ -4,11 +4,13 @@ A cell is one training run: (task, model, method, method options, seed, profile,
 root), plus the task's recipe version when it exposes one. FP32 baselines are cells too, shared by
 every row of the same model and dataset. Each finished cell is one JSON file named by a hash of its
 full configuration, written atomically (kernels.atomic), so a killed run loses nothing
-and a rerun recomputes nothing.
+and a rerun recomputes nothing. A process runs a cell only while it holds the cell's claim (CellClaim),
+so that two table runs on one results directory never run the same cell at once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -167,3 +169,36 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "item"):
         return _finite(value.item())
     return str(value)
+
+
+class CellClaim:
+    """This process's claim on one cell: an exclusive lock (flock) on <root>/<key>.lock. The kernel
+    drops it when the process ends, however it ends, so a killed run never keeps a cell from others."""
+
+    def __init__(self, root: str | os.PathLike, cell: Cell):
+        self.path = Path(root) / f"{cell.key}.lock"
+        self._fd: int | None = None
+
+    def acquire(self, wait: bool = False) -> bool:
+        """Take the claim: False at once if another process holds it (wait=False), else when it is free."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())  # who holds it, for a person looking
+        self._fd = fd
+        return True
+
+    def release(self, remove: bool = False) -> None:
+        """Drop the claim; `remove` (only once the cell is cached) deletes the lock file too. Safe: a
+        process that still locks the removed file, or a new one, finds the cell in the cache."""
+        if self._fd is not None:
+            if remove:
+                self.path.unlink(missing_ok=True)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

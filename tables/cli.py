@@ -7,7 +7,8 @@ NAME is the make-target name: table1..table7 (DAIQ's numbering), ui8-table2..ui8
 wageubn-table1, wageubn-table2. table7, ui8-table10 and ui8-table2 are speed tables: they time
 training steps on the device at hand instead of training. Exit status: 0 written, 1 written with
 failed cells (or the task is not available), 2 bad arguments, 130 interrupted (finished cells stay
-cached; rerun to resume).
+cached and an interrupted cell keeps its checkpoints: rerun to resume). Two runs on one results directory
+share its cells out (each cell is claimed by one process) and both write the whole table.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--data-root", default=None, help="where the paper profile finds its datasets")
     p.add_argument("--results-dir", default="results", help="output and cache directory (default results)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--skip-bad-samples",
+        action="store_true",
+        help="cells skip unreadable images and frames instead of failing (each cell's result lists them)",
+    )
     speed = p.add_argument_group("speed tables (table7, ui8-table10, ui8-table2)")
     speed.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     speed.add_argument("--batch", type=int, default=None, help="batch size (default: 64; 16 on the CPU)")
@@ -82,6 +88,7 @@ def cmd_table(args) -> int:
             progress=not args.no_progress,
             command=command,
             verbose=args.verbose,
+            skip_bad_samples=args.skip_bad_samples,
         )
     except KeyboardInterrupt:
         print(

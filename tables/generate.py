@@ -6,6 +6,10 @@ each as soon as it finishes, and writes results/<name>.md, results/<name>.csv an
 results/<name>.meta.json. The cell runner defaults to the spec's task (`tasks.get_task(spec.task).run`)
 and can be injected (tests use a fake). A cell whose run raises is reported as an error, not cached,
 and the rest still runs; KeyboardInterrupt propagates after the finished cells are safely cached.
+Each cell trains in its own work dir, results/work/<cell key>, kept until the cell is cached: a cell
+whose run was killed resumes from its checkpoints there (tasks.runner). A process runs a cell only
+under its claim (tables.cells.CellClaim): two table runs on one results directory share the cells out,
+and each waits for the cells the other is running before writing its table.
 Each cell's training log (what the task prints to stdout, e.g. mmengine's logger) goes to
 results/logs/<cell key>.log rather than the terminal, so the progress bar stays readable; `verbose`
 keeps it on the terminal.
@@ -30,10 +34,11 @@ from tqdm.auto import tqdm
 
 import kernels
 from repro.quant import NonFiniteError
-from tables.cells import Cache, Cell, row_blocker
+from tables.cells import Cache, Cell, CellClaim, row_blocker
 from tables.spec import Row, Spec
 from tables.specs import get_spec
 from tasks import PROFILES
+from tasks.bad_data import one_line_error
 
 DEFAULT_SEEDS = {"smoke": 1, "embedded": 2, "paper": 1}
 
@@ -152,9 +157,8 @@ def result_dict(result: Any) -> dict[str, Any]:
 
 
 def one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    msg = f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
-    return msg if len(msg) <= 200 else msg[:197] + "..."
+    msg = f"{type(err).__name__}: {one_line_error(err)}"
+    return msg if len(msg) <= 300 else msg[:297] + "..."
 
 
 def run_cells(
@@ -164,9 +168,10 @@ def run_cells(
     work_root: Path,
     progress: bool = True,
     log_root: Path | None = None,
+    runner_options: dict[str, Any] | None = None,
 ) -> dict[str, Outcome]:
-    """Run every cell the cache lacks; return the outcome of every cell of the plan."""
-    metric = plan.spec.metric
+    """Run every cell the cache lacks; return the outcome of every cell of the plan. `runner_options` go
+    to the runner beside each cell's own arguments (e.g. skip_bad_samples)."""
     cells = plan.cells
     outcomes: dict[str, Outcome] = {}
     todo = []
@@ -189,45 +194,91 @@ def run_cells(
         file=sys.stderr,
         dynamic_ncols=True,
     )
+    session = _Session(plan, cache, runner, work_root, log_root, bar, dict(runner_options or {}))
     try:
-        for cell in todo:
-            bar.set_postfix_str(cell.describe(), refresh=True)
-            work_dir = work_root / cell.key
-            start = time.perf_counter()
-            log = _cell_log(log_root, cell)
-            try:
-                with log as stream, contextlib.redirect_stdout(stream or sys.stdout), _warnings_to(stream):
-                    raw = runner(
-                        model=cell.model,
-                        method=cell.method,
-                        profile=cell.profile,
-                        seed=cell.seed,
-                        method_options=cell.options,
-                        paper_dataset=cell.paper_dataset,
-                        data_root=cell.data_root,
-                        work_dir=str(work_dir),
-                    )
-                result = result_dict(raw)
-                if not result.get("diverged") and result.get(metric) is None:
-                    raise ValueError(f"the run finished without a {metric!r} and did not diverge")
-            except NonFiniteError as err:
-                # A divergence that escaped the task: a result like any other, cached.
-                result = {"diverged": True, metric: None, "note": f"runner raised {one_line(err)}"}
-            except Exception as err:  # noqa: BLE001 - reported per cell; the table goes on
-                outcomes[cell.key] = Outcome(error=one_line(err))
-                work_dir.mkdir(parents=True, exist_ok=True)
-                (work_dir / "error.txt").write_text(traceback.format_exc())
-                where = work_dir if log_root is None else f"{work_dir} and {log_root / cell.key}.log"
-                bar.write(f"{plan.spec.name}: {cell.describe()} failed: {one_line(err)} (see {where})")
-                bar.update(1)
-                continue
-            cache.store(cell, result, time.perf_counter() - start)
-            shutil.rmtree(work_dir, ignore_errors=True)
-            outcomes[cell.key] = Outcome(result=result)
-            bar.update(1)
+        waiting = []
+        for cell in todo:  # first the cells no other process is running, then the others as they free up
+            if not session.run_claimed(cell, outcomes, wait=False):
+                waiting.append(cell)
+        if waiting:
+            bar.write(f"{plan.spec.name}: waiting for {len(waiting)} cells another process is running")
+        for cell in waiting:
+            session.run_claimed(cell, outcomes, wait=True)
     finally:
         bar.close()
     return outcomes
+
+
+@dataclass
+class _Session:
+    """What running the cells of one plan needs."""
+
+    plan: Plan
+    cache: Cache
+    runner: Runner
+    work_root: Path
+    log_root: Path | None
+    bar: Any
+    runner_options: dict[str, Any]
+
+    def run_claimed(self, cell: Cell, outcomes: dict[str, Outcome], wait: bool) -> bool:
+        """Run one cell under its claim (False: another process holds it and wait is False). A cell
+        another process finished meanwhile is taken from the cache."""
+        claim = CellClaim(self.work_root, cell)
+        if not claim.acquire(wait=wait):
+            return False
+        cached = False
+        try:
+            entry = self.cache.load(cell)
+            if entry is not None:
+                outcomes[cell.key] = Outcome(result=entry["result"], cached=True)
+            else:
+                self.bar.set_postfix_str(cell.describe(), refresh=True)
+                outcomes[cell.key] = self.run(cell)
+            cached = outcomes[cell.key].error is None
+            self.bar.update(1)
+        finally:
+            claim.release(remove=cached)
+        return True
+
+    def run(self, cell: Cell) -> Outcome:
+        metric = self.plan.spec.metric
+        work_dir = self.work_root / cell.key
+        start = time.perf_counter()
+        log = _cell_log(self.log_root, cell)
+        try:
+            with log as stream, contextlib.redirect_stdout(stream or sys.stdout), _warnings_to(stream):
+                raw = self.runner(
+                    model=cell.model,
+                    method=cell.method,
+                    profile=cell.profile,
+                    seed=cell.seed,
+                    method_options=cell.options,
+                    paper_dataset=cell.paper_dataset,
+                    data_root=cell.data_root,
+                    work_dir=str(work_dir),
+                    **self.runner_options,
+                )
+            result = result_dict(raw)
+            if not result.get("diverged") and result.get(metric) is None:
+                raise ValueError(f"the run finished without a {metric!r} and did not diverge")
+        except NonFiniteError as err:
+            # A divergence that escaped the task: a result like any other, cached.
+            result = {"diverged": True, metric: None, "note": f"runner raised {one_line(err)}"}
+        except Exception as err:  # noqa: BLE001 - reported per cell; the table goes on
+            work_dir.mkdir(parents=True, exist_ok=True)
+            (work_dir / "error.txt").write_text(traceback.format_exc())
+            where = work_dir if self.log_root is None else f"{work_dir} and {self.log_root / cell.key}.log"
+            self.bar.write(f"{self.plan.spec.name}: {cell.describe()} failed: {one_line(err)} (see {where})")
+            return Outcome(error=one_line(err))
+        path = self.cache.store(cell, result, time.perf_counter() - start)
+        shutil.rmtree(work_dir, ignore_errors=True)
+        if result.get("skipped_samples"):  # --skip-bad-samples: never silent
+            n = len(result["skipped_samples"])
+            self.bar.write(
+                f"{self.plan.spec.name}: {cell.describe()} skipped {n} bad samples (listed in {path})"
+            )
+        return Outcome(result=result)
 
 
 def _cell_log(log_root: Path | None, cell: Cell) -> contextlib.AbstractContextManager:
@@ -263,11 +314,13 @@ def generate(
     progress: bool = True,
     command: str | None = None,
     verbose: bool = False,
+    skip_bad_samples: bool = False,
 ) -> Generated:
     """Run the missing cells of one table and write results/<name>.md, .csv and .meta.json.
 
     With `runner=None` the spec's task runs the cells and its RECIPE_VERSION and kernels.NUMERICS join the
-    cache key; an injected runner uses `recipe_version` as given.
+    cache key; an injected runner uses `recipe_version` as given. `skip_bad_samples` lets the cells skip
+    unreadable samples (each cell's result lists them; the cell keys do not change).
     """
     from tables import render
 
@@ -286,7 +339,8 @@ def generate(
         numerics = kernels.NUMERICS
     plan = make_plan(spec, profile, seed_list, data_root, recipe_version, numerics)
     log_root = None if verbose else results_dir / "logs"
-    outcomes = run_cells(plan, cache, runner, results_dir / "work", progress=progress, log_root=log_root)
+    options = {"skip_bad_samples": True} if skip_bad_samples else {}
+    outcomes = run_cells(plan, cache, runner, results_dir / "work", progress, log_root, options)
 
     frame, meta = render.summarize(plan, outcomes)
     meta["command"] = command or f"repro table {spec.name} --profile {profile} --seeds {len(seed_list)}"

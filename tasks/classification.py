@@ -27,6 +27,7 @@ import repro
 from repro.methods import METHODS
 from tasks import PROFILES
 from tasks import datasets as D
+from tasks.bad_data import SkipPolicy
 from tasks.models import MODELS as MODEL_SPECS
 from tasks.models import build_model
 from tasks.recipes import recipe_entries
@@ -75,7 +76,9 @@ class ClassificationDataset(Dataset):
     """One split of imagenet / cifar10 (from `root`) or digits / shapes10 (made in the cache `root`).
 
     Items are dict(inputs=float tensor CxHxW, normalised, labels=int). `limit` keeps a class-balanced
-    prefix of that many images (the first ones of each class, in file order).
+    prefix of that many images (the first ones of each class, in file order). An unreadable image is a
+    BadDataError naming it; with `skip_bad` the next readable one is taken instead, and the skip is
+    logged and listed (tasks.bad_data.SkipPolicy).
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class ClassificationDataset(Dataset):
         input_size: int = 32,
         augment: bool = False,
         limit: int | None = None,
+        skip_bad: bool = False,
     ):
         train = split == "train"
         mean, std = D.normalization(dataset, cache=root)
@@ -116,15 +120,20 @@ class ClassificationDataset(Dataset):
         else:
             raise ValueError(f"unknown dataset {dataset!r}; choose from imagenet, cifar10, digits, shapes10")
         self.classes = list(self.base.classes)
+        self.root = str(getattr(self.base, "root", root))  # where the split is read from, for error lines
         self.metainfo = {"dataset": dataset, "split": split, "classes": tuple(self.classes)}
         self.indices = list(range(len(self.base)))
         if limit is not None:
             self.indices = balanced_prefix(self.base.targets, len(self.classes), limit)
+        self.skip_policy = SkipPolicy(skip_bad)
 
     def __len__(self) -> int:
         return len(self.indices)
 
     def __getitem__(self, i: int) -> dict:
+        return self.skip_policy.fetch(self._item, i, len(self))
+
+    def _item(self, i: int) -> dict:
         image, label = self.base[self.indices[i]]
         return {"inputs": image, "labels": label}
 
@@ -185,18 +194,22 @@ def run(
     data_root: str | None = None,
     work_dir: str | None = None,
     cfg_options: dict | None = None,
+    skip_bad_samples: bool = False,
 ) -> RunResult:
     """Train one model with one method at one profile; a diverged run is recorded, not raised.
 
     paper_dataset names the dataset of the paper's table ("imagenet" or "cifar10"): at profile "paper"
     it is read from data_root; at "embedded" / "smoke" its stand-in is used (digits for ImageNet,
     shapes10 for CIFAR-10), made once in the data cache (data_root, if given, is that cache).
-    Unknown model / method / profile / paper_dataset names are a ValueError listing the choices.
+    Unknown model / method / profile / paper_dataset names are a ValueError listing the choices. With a
+    work_dir the run keeps checkpoints there and resumes from its own (tasks.runner); skip_bad_samples
+    skips unreadable images instead of stopping (the result lists them).
     """
     return run_top1(
         TASK, build_config, models=list(MODEL_SPECS), paper_datasets=PAPER_DATASETS, model=model,
         method=method, profile=profile, seed=seed, method_options=method_options,
         paper_dataset=paper_dataset, data_root=data_root, work_dir=work_dir, cfg_options=cfg_options,
+        skip_bad_samples=skip_bad_samples,
     )  # fmt: skip
 
 

@@ -2,20 +2,25 @@
 
     repro train --task classification --model resnet18 --method daiq --profile embedded [--seed N]
                 [--data-root PATH] [--paper-dataset imagenet|cifar10] [--cfg-options k=v ...]
-                [--method-options k=v ...] [--work-dir D] [--launcher none|pytorch] [--json]
+                [--method-options k=v ...] [--work-dir D] [--skip-bad-samples] [--launcher none|pytorch]
+                [--json]
     repro train --task detection --config PATH --method daiq [--cfg-options k=v ...]   (any mmdet config)
     repro train --task video --model r3d_18|r3d_50 --method daiq [--paper-dataset ucf101|kinetics400]
 
 Wired into the `repro` command (tables/command.py) with `add_train_parser(subparsers)`. Unknown task /
 model / method / profile names, and method options of the wrong type, are one-line errors (exit 2, like
-argparse's own errors). A diverged run is a result ("diverged"), exit 0. Under torchrun (`--launcher
-pytorch`) only rank 0 prints.
+argparse's own errors); so are missing or bad data (a layout not found, an unreadable image, a malformed
+annotation list, data smaller than one batch), each naming the file and what to do. A run that fails
+(out of memory, another rank failed) is one line and exit 1. A diverged run is a result ("diverged"),
+exit 0. With --work-dir the run keeps its checkpoints there, and the same command run again resumes it.
+Under torchrun (`--launcher pytorch`) only rank 0 prints the result.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -45,7 +50,16 @@ def add_train_arguments(parser: argparse.ArgumentParser, task_choice: bool = Tru
     parser.add_argument(
         "--data-root", default=None, help="paper: the dataset root; embedded/smoke: the data cache"
     )
-    parser.add_argument("--work-dir", default=None, help="keep logs here (default: a removed temp dir)")
+    parser.add_argument(
+        "--work-dir",
+        default=None,
+        help="keep logs and checkpoints here; run again to resume (default: a temp dir, removed)",
+    )
+    parser.add_argument(
+        "--skip-bad-samples",
+        action="store_true",
+        help="skip unreadable images and frames instead of stopping (listed in the log and the result)",
+    )
     parser.add_argument(
         "--method-options", nargs="+", action=DictAction, default=None, help="method options, k=v ..."
     )
@@ -76,11 +90,15 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
 def _rank() -> int:
     import torch.distributed as dist
 
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", 0))  # a rank that closed its process group early (tasks.distributed)
 
 
 def cmd_train(args) -> int:
+    from tasks.bad_data import BadDataError, one_line_error
     from tasks.datasets import DatasetNotFoundError
+    from tasks.out_of_memory import RunFailed
     from tasks.runner import summary
 
     task = get_task(args.task)
@@ -88,6 +106,11 @@ def cmd_train(args) -> int:
     if args.model is None and config is None:
         print("error: --model is required (or --config for --task detection)", file=sys.stderr)
         return 2
+    if args.profile == "paper" and args.work_dir is None and _rank() == 0:
+        print(
+            "repro: no --work-dir: this run keeps no checkpoints and cannot resume if stopped",
+            file=sys.stderr,
+        )
     cfg_options = dict(args.cfg_options or {})
     if args.launcher != "none":
         cfg_options["launcher"] = args.launcher
@@ -101,13 +124,17 @@ def cmd_train(args) -> int:
             data_root=args.data_root,
             work_dir=args.work_dir,
             cfg_options=cfg_options or None,
+            skip_bad_samples=bool(getattr(args, "skip_bad_samples", False)),
             # each task has its own default paper dataset
             **({} if args.paper_dataset is None else {"paper_dataset": args.paper_dataset}),
             **({} if config is None else {"config": config}),
         )
-    except DatasetNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (DatasetNotFoundError, BadDataError) as err:
+        print(f"error: {one_line_error(err)}", file=sys.stderr)
         return 2
+    except RunFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if _rank() == 0:
         print(json.dumps(result.to_dict()) if args.json else summary(result), flush=True)
     return 0

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from tasks.bad_data import BadDataError, read_image
 from tasks.data_cache import ensure_set, read_manifest
 
 DIGITS = "digits"
@@ -353,8 +354,11 @@ def cifar10(root, train: bool, transform=None):
 
 
 def image_folder(root, split: str, transform=None, what: str = "ImageNet"):
-    """torchvision's ImageFolder on <root>/<split> with a one-line error naming the layout when missing."""
+    """torchvision's ImageFolder on <root>/<split>, reading images with tasks.bad_data.read_image: a missing
+    layout is a one-line DatasetNotFoundError, an empty class folder or an unreadable image a BadDataError
+    naming it."""
     from torchvision.datasets import ImageFolder
+    from torchvision.datasets.folder import IMG_EXTENSIONS
 
     root = Path(root).expanduser()
     folder = root / split
@@ -364,7 +368,18 @@ def image_folder(root, split: str, transform=None, what: str = "ImageNet"):
             f"{root}/train/<class>/*.JPEG and {root}/val/<class>/*.JPEG (ImageFolder layout, the "
             "validation images sorted into class folders; this harness never downloads)"
         )
-    return ImageFolder(str(folder), transform=transform)
+    images = ImageFolder(str(folder), transform=transform, loader=read_image, allow_empty=True)
+    empty = sorted(set(range(len(images.classes))) - set(images.targets))
+    if empty:
+        names = ", ".join(str(folder / images.classes[c]) for c in empty[:3]) + (
+            ", ..." if len(empty) > 3 else ""
+        )
+        raise BadDataError(
+            f"{len(empty)} class folder(s) of {what} hold no images ({', '.join(IMG_EXTENSIONS)}): {names}; "
+            "put their images in or remove the folders",
+            folder / images.classes[empty[0]],
+        )
+    return images
 
 
 def normalization(dataset: str, cache=None) -> tuple[tuple, tuple]:

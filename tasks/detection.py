@@ -52,6 +52,7 @@ from mmengine.config import Config
 from repro.hooks import Int8TrainingHook
 from tasks import PROFILES
 from tasks import detection_data as DD
+from tasks.bad_data import BadDataError
 from tasks.datasets import DatasetNotFoundError
 from tasks.runner import RunRecorder, RunResult, check_choice, checked_options, run_config
 
@@ -213,11 +214,14 @@ def run(
     work_dir: str | None = None,
     cfg_options: dict | None = None,
     config: str | None = None,
+    skip_bad_samples: bool = False,
 ) -> RunResult:
     """Train one detector with one method at one profile; a diverged run is recorded, not raised.
 
     `config` (a file path) replaces the task's config for (model, profile, paper_dataset); it may be any
-    MMDetection config, shipped or the user's. Unknown names are a ValueError listing the choices.
+    MMDetection config, shipped or the user's. Unknown names are a ValueError listing the choices. A
+    missing annotation file, or one that is not JSON, is a BadDataError naming it. MMDetection's
+    datasets have no skip policy: skip_bad_samples is a ValueError.
     """
     method_options = checked_options(method, method_options)  # bad options fail here, before any data
     path = Path(config) if config else config_path(model, profile, paper_dataset)
@@ -235,18 +239,71 @@ def run(
     keep = config is not None or profile == "paper"  # a user's config keeps its checkpoints
 
     def build(work: str) -> Config:
-        return build_config(path, method, profile, seed, method_options, data_root, work, checkpoints=keep)
+        cfg = build_config(path, method, profile, seed, method_options, data_root, work, checkpoints=keep)
+        check_annotation_files(cfg)
+        return cfg
 
-    result = run_config(
-        build,
-        task=TASK, model=model, method=method, method_options=method_options, profile=profile,
-        paper_dataset=paper_dataset, seed=seed, work_dir=work_dir, cfg_options=cfg_options,
-        dataset=lambda cfg: DD.NAME if cfg.get("embedded_data") == DD.NAME else paper_dataset,
-        scores=lambda recorder, diverged: _run_scores(recorder, diverged, paper_dataset, path),
-    )  # fmt: skip
+    try:
+        result = run_config(
+            build,
+            task=TASK, model=model, method=method, method_options=method_options, profile=profile,
+            paper_dataset=paper_dataset, seed=seed, work_dir=work_dir, cfg_options=cfg_options,
+            dataset=lambda cfg: DD.NAME if cfg.get("embedded_data") == DD.NAME else paper_dataset,
+            scores=lambda recorder, diverged: _run_scores(recorder, diverged, paper_dataset, path),
+            data_root=data_root, config_file=config, skip_bad_samples=skip_bad_samples,
+        )  # fmt: skip
+    except json.JSONDecodeError as err:  # MMDetection's datasets read their annotations while the run starts
+        raise _malformed_annotations(
+            build_config(path, method, profile, seed, data_root=data_root), err
+        ) from err
     if profile != "paper":
         _FINISHED[memo_key] = (paper_dataset, result)
     return result
+
+
+def annotation_files(cfg: Config) -> list[Path]:
+    """The annotation files of the train / val / test datasets (data_root joined as MMEngine does)."""
+    found: list[Path] = []
+
+    def walk(node: Any, root: str | None) -> None:
+        if isinstance(node, dict):
+            root = node.get("data_root", root)
+            ann = node.get("ann_file")
+            if isinstance(ann, str) and ann:
+                found.append(Path(ann) if Path(ann).is_absolute() or not root else Path(root) / ann)
+            for value in node.values():
+                walk(value, root)
+        elif isinstance(node, (list, tuple)):
+            for value in node:
+                walk(value, root)
+
+    for key in ("train_dataloader", "val_dataloader", "test_dataloader"):
+        walk(cfg.get(key), cfg.get("data_root"))
+    return list(dict.fromkeys(found))
+
+
+def check_annotation_files(cfg: Config) -> None:
+    """A missing annotation file is a BadDataError naming it, before any training."""
+    for path in annotation_files(cfg):
+        if not path.is_file():
+            raise BadDataError(
+                f"annotation file {path} is missing: put it there (the config's data_root + ann_file), or "
+                "point --data-root at the dataset",
+                path,
+            )
+
+
+def _malformed_annotations(cfg: Config, err: json.JSONDecodeError) -> BadDataError:
+    for path in annotation_files(cfg):
+        if path.suffix == ".json":
+            try:
+                json.loads(path.read_text())
+            except (ValueError, UnicodeDecodeError) as bad:
+                return BadDataError(
+                    f"annotation file {path} is not valid JSON ({bad}): replace it with the dataset's own",
+                    path,
+                )
+    return BadDataError(f"an annotation file of the config is not valid JSON ({err})")
 
 
 def _run_scores(recorder: RunRecorder, diverged: bool, paper_dataset: str, path: Path) -> dict[str, Any]:

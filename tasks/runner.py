@@ -7,11 +7,21 @@ builds its Runner config in a work folder. The harness makes that folder (a temp
 afterwards, unless the caller names one), merges ``cfg_options`` (mmengine's dotted keys, as
 ``--cfg-options``), starts the CPU process group under torchrun, trains, and returns one RunResult.
 
+A run in a kept work folder resumes by default: it writes checkpoints (tasks.checkpoints: every epoch,
+and every 1,000 iterations at the paper profile) and, started again, goes on from the newest checkpoint
+of the same run (tasks.resume; another run's checkpoint is never loaded) exactly where it stopped
+(tasks.train_loops: the epoch's next batch, the saved RNG states). The result names the checkpoint it
+resumed from.
+
 Divergence is a result, not an error: RunRecorder checks the loss before every backward pass (a NaN or
 Inf stops the run with repro.NonFiniteError, on every rank at once), a quantizer meeting a non-finite
-gradient raises the same error, and the run is recorded as diverged with no scores. Afterwards the
-per-run globals mmengine keeps by experiment name (loggers with open files, message hubs, visualizers)
-are released, so one process can train cell after cell.
+gradient raises the same error, and the run is recorded as diverged with no scores; in a distributed run
+the rank that meets it first stops the others (tasks.distributed), which record the same. Running out
+of memory, or a failed peer rank, is a RunFailed with one line (tasks.out_of_memory): a failure, not a
+divergence. Bad data is a BadDataError naming the file (tasks.bad_data); with ``skip_bad_samples`` the
+datasets skip unreadable samples instead, and the result lists them. Afterwards the per-run globals
+mmengine keeps by experiment name (loggers with open files, message hubs, visualizers) are released, so
+one process can train cell after cell.
 
 What every run records: the iterations trained, the final training loss (the mean over the last
 epoch's iterations, or the last iteration's loss for an iteration-based run), and ``ms_per_iter``, the
@@ -24,11 +34,16 @@ scores (top-1, mAP, ...).
 from __future__ import annotations
 
 import copy
+import gc
+import hashlib
+import inspect
+import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,13 +52,28 @@ from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.logging import MessageHub, MMLogger
 from mmengine.model import is_model_wrapper
-from mmengine.registry import HOOKS
+from mmengine.registry import DATASETS, HOOKS
 from mmengine.runner import Runner
 from mmengine.visualization import Visualizer
 
+import kernels
 import repro
 import repro.hooks  # noqa: F401  (registers Int8TrainingHook)
 from repro.methods import METHODS
+from tasks.bad_data import SKIP_LOG, one_line_error, read_skip_log
+from tasks.checkpoints import RUN_KEY, ResumableRunner, configure_checkpoints
+from tasks.distributed import (
+    RankStop,
+    init_cpu_process_group,
+    is_distributed,
+    is_peer_failure,
+    peer_failure_reason,
+)
+from tasks.out_of_memory import RunFailed, is_out_of_memory, out_of_memory_line
+from tasks.resume import checkpoint_to_resume, run_identity
+from tasks.train_loops import resumable_loop
+
+RECORDER_KEY = "repro_recorder"  # checkpoint entry: what RunRecorder has recorded so far
 
 
 def check_choice(what: str, value: str, choices: Collection[str]) -> None:
@@ -77,6 +107,11 @@ class RunRecorder(Hook):
 
     Priority HIGHEST: its before_train_iter runs first and its after_train_iter right after train_step,
     so the time is train_step (plus the other hooks' light before_train_iter work).
+
+    What it has recorded goes into every checkpoint and comes back on resume, so a resumed run's final
+    loss and time per iteration cover the iterations trained before the resume too. It also points the
+    datasets' skip policies (tasks.bad_data) at the run's skip log, and knows where the run is (`phase`,
+    for the out-of-memory line).
     """
 
     priority = "HIGHEST"
@@ -88,7 +123,12 @@ class RunRecorder(Hook):
         self.epoch_mean: float | None = None
         self.metrics: dict[str, float] = {}
         self.validated = False
+        self.phase = "before training"
+        self.skip_policies: list = []
+        self.skip_log: str | None = None
         self._t0 = 0.0
+        self._epoch_done = False
+        self._resumed_losses: list[float] | None = None
 
     def before_run(self, runner) -> None:
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
@@ -100,11 +140,21 @@ class RunRecorder(Hook):
             return loss, log_vars
 
         model.parse_losses = checked
+        # before the loaders start their workers, which inherit the log path
+        self.skip_log = os.path.join(runner.work_dir, SKIP_LOG)
+        loops = [runner.train_loop, getattr(runner, "_val_loop", None)]
+        for loop in loops:
+            policy = getattr(getattr(getattr(loop, "dataloader", None), "dataset", None), "skip_policy", None)
+            if policy is not None:
+                policy.log_path = self.skip_log
+                self.skip_policies.append(policy)
 
     def before_train_epoch(self, runner) -> None:
-        self.epoch_losses = []
+        self._epoch_done = False
+        self.epoch_losses, self._resumed_losses = self._resumed_losses or [], None
 
     def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        self.phase = f"in training iteration {runner.iter + 1}"
         self._t0 = time.perf_counter()
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
@@ -113,13 +163,42 @@ class RunRecorder(Hook):
             self.epoch_losses.append(float(outputs["loss"].detach()))
 
     def after_train_epoch(self, runner) -> None:
+        self._epoch_done = True
         if self.epoch_losses:
             self.epoch_mean = sum(self.epoch_losses) / len(self.epoch_losses)
+
+    def before_val(self, runner) -> None:
+        self.phase = "in validation"
 
     def after_val_epoch(self, runner, metrics=None) -> None:
         self.validated = True
         if metrics:
             self.metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        checkpoint[RECORDER_KEY] = {
+            "times": list(self.times),
+            "epoch_losses": list(self.epoch_losses),
+            "epoch_mean": self.epoch_mean,
+            "mid_epoch": not self._epoch_done,  # saved inside an epoch: its losses so far go on
+        }
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        state = checkpoint.get(RECORDER_KEY)
+        if state is None or not getattr(runner, "_resume", False):  # load_from: weights only
+            return
+        self.times = list(state["times"])
+        self.epoch_mean = state["epoch_mean"]
+        if state["mid_epoch"]:
+            self._resumed_losses = list(state["epoch_losses"])
+
+    def skipped_samples(self) -> list[str]:
+        """ "path: reason" of every sample the datasets skipped (tasks.bad_data), each once, sorted."""
+        found: dict[str, str] = read_skip_log(self.skip_log) if self.skip_log else {}
+        for policy in self.skip_policies:
+            for path, reason in policy.skipped.items():
+                found.setdefault(path, reason)
+        return [f"{path}: {reason}" for path, reason in sorted(found.items())]
 
     @property
     def final_loss(self) -> float | None:
@@ -140,7 +219,9 @@ class RunResult:
     video: top1; detection: map, map_50, map_5095 and what they mean), None when the run diverged.
 
     Scores read as attributes (result.top1, result.map), and to_dict() puts them beside the other
-    fields, as the tables' cache and `repro train --json` store them.
+    fields, as the tables' cache and `repro train --json` store them. `resumed_from` names the checkpoint
+    the run went on from (None: it trained from the start); `skipped_samples` lists the samples skipped
+    under the skip policy ("path: reason").
     """
 
     task: str
@@ -158,6 +239,8 @@ class RunResult:
     method_options: dict = field(default_factory=dict)
     simulated: bool = False
     scores: dict[str, Any] = field(default_factory=dict)
+    resumed_from: str | None = None
+    skipped_samples: list[str] = field(default_factory=list)
 
     def __getattr__(self, name: str) -> Any:
         scores = self.__dict__.get("scores", {})
@@ -169,15 +252,6 @@ class RunResult:
         out = asdict(self)
         out.update(out.pop("scores"))
         return out
-
-
-def init_cpu_process_group(cfg: Config) -> None:
-    """Under torchrun without CUDA, start the process group here: mmengine 0.10's pytorch launcher
-    calls torch.cuda.set_device unconditionally; it skips its own init when a group exists."""
-    if cfg.get("launcher", "none") == "none" or torch.cuda.is_available() or dist.is_initialized():
-        return
-    backend = cfg.get("env_cfg", {}).get("dist_cfg", {}).get("backend", "gloo")
-    dist.init_process_group(backend="gloo" if backend == "nccl" else backend)
 
 
 def release(name: str) -> None:
@@ -192,17 +266,74 @@ def release(name: str) -> None:
 
 
 def train(cfg: Config) -> tuple[Runner, RunRecorder, bool]:
-    """Build the Runner and train; returns (runner, recorder, diverged). The caller releases the run."""
+    """Build the Runner and train; returns (runner, recorder, diverged). The caller releases the run.
+
+    A NaN/Inf on any rank is a divergence on every rank. Out of memory, or another rank's failure, raises
+    RunFailed (one line); any other error is raised as it is, after the other ranks have been told.
+    """
     init_cpu_process_group(cfg)
-    runner = Runner.from_cfg(cfg)
-    diverged = False
+    stop = RankStop.begin()
+    runner = ResumableRunner.from_cfg(cfg)
+    diverged, failure = False, None
     try:
         runner.train()
     except repro.NonFiniteError as err:
         diverged = True
         runner.logger.warning(f"diverged at iteration {runner.iter}: {err}")
+        stop.announce("diverged", f"diverged at iteration {runner.iter}: {one_line_error(err)}")
+    except Exception as err:
+        peer = _peer_stop(stop)
+        if peer is not None and peer["kind"] == "diverged":
+            diverged = True
+            runner.logger.warning(f"rank {peer['rank']} {peer['message']}: this rank stops too")
+        elif peer is not None:
+            failure = f"rank {peer['rank']} failed: {peer['message']}"
+        elif is_out_of_memory(err):
+            failure = _out_of_memory(err, runner)
+            stop.announce("failed", failure)
+        elif is_peer_failure(err):
+            failure = f"another rank stopped responding (it died or hung): {peer_failure_reason(err)}"
+        else:
+            if is_distributed():
+                stop.announce("failed", one_line_error(err))
+            raise
+    if failure is not None:  # raised here, with the exception and its frames (and tensors) released
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        raise RunFailed(failure)
     recorder = next(h for h in runner.hooks if isinstance(h, RunRecorder))
     return runner, recorder, diverged
+
+
+def _peer_stop(stop: RankStop) -> dict | None:
+    try:
+        return stop.peer()
+    except Exception:  # noqa: BLE001 - the store went with a rank that died: no word from it
+        return None
+
+
+def _out_of_memory(err: BaseException, runner: Runner) -> str:
+    recorder = next((h for h in runner.hooks if isinstance(h, RunRecorder)), None)
+    phase = recorder.phase if recorder is not None else "in training"
+    loader = runner.cfg.get("val_dataloader" if phase == "in validation" else "train_dataloader") or {}
+    model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+    device = next(model.parameters(), torch.empty(0)).device
+    return out_of_memory_line(err, phase, loader.get("batch_size", "?"), device)
+
+
+def enable_skipping(cfg: Config) -> None:
+    """The opt-in skip policy (tasks.bad_data) on the training and validation datasets; a dataset type
+    that has none is a ValueError naming it."""
+    for key in ("train_dataloader", "val_dataloader"):
+        dataset = (cfg.get(key) or {}).get("dataset")
+        if not dataset:
+            continue
+        kind = dataset.get("type")
+        cls = DATASETS.get(kind) if isinstance(kind, str) else kind
+        if cls is None or "skip_bad" not in inspect.signature(cls).parameters:
+            raise ValueError(f"--skip-bad-samples: the {kind} dataset of {key} cannot skip samples")
+        dataset["skip_bad"] = True
 
 
 def run_config(
@@ -219,11 +350,16 @@ def run_config(
     cfg_options: dict | None,
     dataset: Callable[[Config], str],
     scores: Callable[[RunRecorder, bool], dict[str, Any]],
+    data_root: str | None = None,
+    config_file: str | os.PathLike | None = None,
+    skip_bad_samples: bool = False,
 ) -> RunResult:
     """Train the config build(work_dir) makes (with a RunRecorder hook), cfg_options merged into it.
 
     `dataset(cfg)` names the data the run trained on; `scores(recorder, diverged)` gives the task's
-    scores from the last validation. A temporary work_dir (work_dir None) is removed afterwards.
+    scores from the last validation. A temporary work_dir (work_dir None) is removed afterwards; a named
+    one keeps checkpoints, and the run resumes from the newest of its own there. `data_root` and
+    `config_file` (a user's config) join the run's identity; `skip_bad_samples` turns the skip policy on.
     """
     temp = work_dir is None
     work = tempfile.mkdtemp(prefix=f"repro-{task}-") if temp else work_dir
@@ -231,8 +367,33 @@ def run_config(
     try:
         built = build(str(work))
         cfg = built if isinstance(built, Config) else Config(built)
+        if temp:  # nothing could resume from a folder removed afterwards
+            cfg.default_hooks = dict(cfg.get("default_hooks") or {}, checkpoint=None)
+        else:
+            configure_checkpoints(cfg, profile)
         if cfg_options:
             cfg.merge_from_dict(copy.deepcopy(cfg_options))
+        cfg.train_cfg = resumable_loop(cfg.train_cfg)
+        if skip_bad_samples:
+            enable_skipping(cfg)
+        cfg[RUN_KEY] = _identity(
+            task,
+            model,
+            method,
+            method_options,
+            profile,
+            paper_dataset,
+            seed,
+            data_root,
+            cfg_options,
+            config_file,
+        )
+        if not temp:
+            resume = checkpoint_to_resume(
+                work, cfg[RUN_KEY], main_process=int(os.environ.get("RANK", 0)) == 0
+            )
+            if resume is not None:
+                cfg.resume, cfg.load_from = True, resume
         name = cfg.experiment_name
         runner, recorder, diverged = train(cfg)
         epochs = cfg.train_cfg.get("max_epochs")
@@ -252,6 +413,8 @@ def run_config(
             method_options=method_options,
             simulated=METHODS[method].simulated,
             scores=scores(recorder, diverged),
+            resumed_from=runner.resumed_from,
+            skipped_samples=recorder.skipped_samples(),
         )
     finally:
         del runner
@@ -259,6 +422,22 @@ def run_config(
             release(name)
         if temp:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _identity(
+    task, model, method, method_options, profile, paper_dataset, seed, data_root, cfg_options, config
+):
+    """The run's identity (tasks.resume): what its result depends on."""
+    from tasks import get_task
+
+    return run_identity(
+        task=task, model=model, method=method, method_options=method_options, profile=profile,
+        paper_dataset=paper_dataset, seed=seed, cfg_options=cfg_options or {},
+        data_root=None if data_root is None else str(Path(data_root).expanduser().resolve()),
+        recipe_version=getattr(get_task(task), "RECIPE_VERSION", None), numerics=kernels.NUMERICS,
+        config_sha256=None if config is None else hashlib.sha256(Path(config).read_bytes()).hexdigest(),
+        ranks=int(os.environ.get("WORLD_SIZE", 1)),
+    )  # fmt: skip
 
 
 # How a score reads in a summary line, in this order.
@@ -274,7 +453,7 @@ def summary(result: RunResult) -> str:
     )
     timing = f"{result.iters} iters, {result.ms_per_iter:.1f} ms/iter"
     if result.diverged:
-        return f"{head} diverged after {timing}"
+        return f"{head} diverged after {timing}{_extras(result)}"
     scores = [
         label.format(result.scores[k])
         for k, label in SCORE_LABELS.items()
@@ -282,4 +461,13 @@ def summary(result: RunResult) -> str:
     ]
     loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
     epochs = "" if result.epochs is None else f"{result.epochs} epochs, "
-    return f"{head} {', '.join(scores) or 'no score'}, final loss {loss}, {epochs}{timing}"
+    return f"{head} {', '.join(scores) or 'no score'}, final loss {loss}, {epochs}{timing}{_extras(result)}"
+
+
+def _extras(result: RunResult) -> str:
+    out = ""
+    if result.resumed_from:
+        out += f", resumed from {result.resumed_from}"
+    if result.skipped_samples:
+        out += f", {len(result.skipped_samples)} bad samples skipped"
+    return out

@@ -122,7 +122,8 @@ def training_config(r: dict, method: str, method_options: dict | None, profile: 
         param_scheduler=param_scheduler(r),
         default_hooks=dict(
             logger=dict(type="LoggerHook", interval=r["log_interval"]),
-            # paper: a checkpoint per epoch (resume=True works); the short profiles save none
+            # a run whose work dir is kept gets the resumable checkpoint hook instead, whatever the
+            # profile (tasks.checkpoints.configure_checkpoints); a temporary one saves none
             checkpoint=dict(type="CheckpointHook", interval=1, max_keep_ckpts=2)
             if profile == "paper"
             else None,
@@ -171,6 +172,7 @@ def run_top1(
     data_root: str | None,
     work_dir: str | None,
     cfg_options: dict | None,
+    skip_bad_samples: bool = False,
 ) -> RunResult:
     """`run` of a top-1 task: check the names and options (one-line ValueErrors listing the choices),
     then train build_config(...)'s Runner config through the shared harness."""
@@ -182,5 +184,6 @@ def run_top1(
         lambda work: build_config(model, method, profile, seed, options, paper_dataset, data_root, work),
         task=task, model=model, method=method, method_options=options, profile=profile,
         paper_dataset=paper_dataset, seed=seed, work_dir=work_dir, cfg_options=cfg_options,
-        dataset=lambda cfg: cfg.train_dataloader.dataset.dataset, scores=top1_scores,
+        dataset=lambda cfg: cfg.train_dataloader.dataset.dataset, scores=top1_scores, data_root=data_root,
+        skip_bad_samples=skip_bad_samples,
     )  # fmt: skip

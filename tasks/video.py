@@ -115,17 +115,20 @@ def run(
     data_root: str | None = None,
     work_dir: str | None = None,
     cfg_options: dict | None = None,
+    skip_bad_samples: bool = False,
 ) -> RunResult:
     """Train one video model with one method at one profile; a diverged run is recorded, not raised.
 
     paper_dataset: "ucf101" or "kinetics400"; at profile "paper" read from data_root (frame folders,
     see tasks.video_lists), at "embedded" / "smoke" its generated stand-in (motion10 / motion20) is
-    used, made once in the data cache (data_root, if given, is that cache).
+    used, made once in the data cache (data_root, if given, is that cache). work_dir and skip_bad_samples
+    as in tasks.classification.run.
     """
     return run_top1(
         TASK, build_config, models=list(VIDEO_MODELS), paper_datasets=PAPER_DATASETS, model=model,
         method=method, profile=profile, seed=seed, method_options=method_options,
         paper_dataset=paper_dataset, data_root=data_root, work_dir=work_dir, cfg_options=cfg_options,
+        skip_bad_samples=skip_bad_samples,
     )  # fmt: skip
 
 

@@ -27,7 +27,8 @@ clips; Kinetics frames are usually resized so that the short side is 256 or 320 
 
 (MMAction2's ``tools/data/build_rawframes.py`` writes the same layout, and its
 ``build_file_list.py`` the Kinetics lists.) A missing root, list or frame folder is one error line
-(tasks.datasets.DatasetNotFoundError) naming the expected layout. The generated stand-ins
+(tasks.datasets.DatasetNotFoundError) naming the expected layout; a malformed line of a list is one
+(tasks.bad_data.BadDataError) naming the file, the line and what it should hold. The generated stand-ins
 (tasks.motion_sets) are written in these same layouts and read by the same code.
 """
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tasks.bad_data import BadDataError
 from tasks.datasets import DatasetNotFoundError
 
 UCF101 = "ucf101"
@@ -60,6 +62,23 @@ def _missing(what: str, root: Path, detail: str, layout: str) -> DatasetNotFound
     return DatasetNotFoundError(f"{what} not found under {root} ({detail}): expected {layout}")
 
 
+def _lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, text) of the non-blank lines of an annotation list (BadDataError if not text)."""
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as err:
+        raise BadDataError(f"annotation list {path} is not text ({err.reason}): replace it", path) from err
+    return [(n, line.strip()) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
+
+
+def _malformed(path: Path, number: int, line: str, expected: str) -> BadDataError:
+    return BadDataError(
+        f"annotation list {path}, line {number} is malformed ({line[:80]!r}): expected {expected}; fix or "
+        "replace the file",
+        path,
+    )
+
+
 _UCF_LAYOUT = (
     "{r}/ucfTrainTestlist/classInd.txt, trainlist01.txt, testlist01.txt (the official split lists) and "
     "{r}/rawframes/<Class>/<video>/img_00001.jpg ... (frames extracted with ffmpeg; never downloaded)"
@@ -80,23 +99,35 @@ def ucf101_videos(root, split: str, fold: int = 1) -> tuple[list[Video], list[st
         if not (lists / name).is_file():
             raise _missing("UCF-101", root, f"no {UCF_LISTS}/{name}", layout)
     classes = []
-    for line in (lists / "classInd.txt").read_text().split("\n"):
-        if line.strip():
-            index, name = line.split()
-            if int(index) != len(classes) + 1:
-                raise DatasetNotFoundError(f"{lists}/classInd.txt: class indices are not 1, 2, 3, ...")
-            classes.append(name)
+    for number, line in _lines(lists / "classInd.txt"):
+        fields = line.split()
+        if len(fields) != 2 or fields[0] != str(len(classes) + 1):
+            raise _malformed(lists / "classInd.txt", number, line, f"'{len(classes) + 1} <ClassName>'")
+        classes.append(fields[1])
     index = {c: i for i, c in enumerate(classes)}
     videos = []
-    for line in (lists / names[split]).read_text().split("\n"):
-        if not line.strip():
-            continue
+    for number, line in _lines(lists / names[split]):
         path = line.split()[0]  # "Class/v_Class_gXX_cYY.avi" (the train list adds the 1-based label)
         cls = path.split("/")[0]
+        if "/" not in path or cls not in index:
+            raise _malformed(
+                lists / names[split], number, line, "'<Class>/<video>.avi' of a class in classInd.txt"
+            )
         videos.append(Video(root / "rawframes" / Path(path).with_suffix(""), None, index[cls]))
     if videos and not videos[0].frames.is_dir():
         raise _missing("UCF-101", root, f"no frame folder {videos[0].frames}", layout)
     return videos, classes
+
+
+def _kinetics_list(path: Path) -> list[tuple[str, int, int]]:
+    """(frame folder, number of frames, label) of each line of a Kinetics-400 raw-frame list."""
+    out = []
+    for number, line in _lines(path):
+        fields = line.rsplit(maxsplit=2)
+        if len(fields) != 3 or not (fields[1].isdigit() and fields[2].isdigit()):
+            raise _malformed(path, number, line, "'<frame folder> <number of frames> <0-based label>'")
+        out.append((fields[0], int(fields[1]), int(fields[2])))
+    return out
 
 
 def kinetics400_videos(root, split: str) -> tuple[list[Video], list[str]]:
@@ -107,17 +138,13 @@ def kinetics400_videos(root, split: str) -> tuple[list[Video], list[str]]:
     if not path.is_file():
         raise _missing("Kinetics-400", root, f"no {path.name}", layout)
     frames = root / KINETICS_FRAMES[split]
-    videos = []
-    for line in path.read_text().split("\n"):
-        if line.strip():
-            folder, count, label = line.rsplit(maxsplit=2)
-            videos.append(Video(frames / folder, int(count), int(label)))
+    videos = [Video(frames / folder, count, label) for folder, count, label in _kinetics_list(path)]
     if videos and not videos[0].frames.is_dir():
         raise _missing("Kinetics-400", root, f"no frame folder {videos[0].frames}", layout)
     train = root / KINETICS_LISTS["train"]
     labels = [v.label for v in videos] if split == "train" or not train.is_file() else None
     if labels is None:
-        labels = [int(line.rsplit(maxsplit=1)[1]) for line in train.read_text().split("\n") if line.strip()]
+        labels = [label for _, _, label in _kinetics_list(train)]
     names = {}
     for v in videos:  # a class name is the folder's first part where the list has one ("abseiling/...")
         rel = v.frames.relative_to(frames).parts

@@ -16,9 +16,9 @@ import os
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torch.utils.data import Dataset
 
+from tasks.bad_data import SKIP_HINT, BadDataError, SkipPolicy, read_image
 from tasks.data_cache import read_manifest
 from tasks.datasets import DatasetNotFoundError
 from tasks.motion_sets import MOTION_SETS, ensure_motion
@@ -36,11 +36,13 @@ class FrameClipDataset(Dataset):
     """Clips of `clip_len` frames (every `frame_interval`-th) from frame folders, as (3, T, H, W) floats.
 
     dataset: ucf101 / kinetics400 (from `root`) or motion10 / motion20 (made in the cache `root`).
-    Training clips start at a random frame when `augment`, else every clip is the video's centre window;
-    videos shorter than the window are looped. Spatially: with `resize`, the short side is resized to it
+    Training clips start at a random frame when `augment`, else every clip is the video's centre window.
+    Spatially: with `resize`, the short side is resized to it
     and an `input_size` square is cropped (random crop and horizontal flip when augmenting, centre crop
     otherwise); without, frames are resized to input_size x input_size when they are not already.
-    `limit` keeps a class-balanced prefix (the first videos of each class, in list order).
+    `limit` keeps a class-balanced prefix (the first videos of each class, in list order). A video with
+    fewer frames than one clip spans, or an unreadable frame, is a BadDataError naming it; with `skip_bad`
+    the next good video is taken instead, and the skip is logged and listed (tasks.bad_data.SkipPolicy).
     Items are dict(inputs=float tensor (3, T, H, W) normalised, labels=int), as the Runner's collate wants:
     real sets with Kinetics' channel mean and std, the generated stand-ins per clip (each channel's mean and
     std over the clip's own frames).
@@ -57,6 +59,7 @@ class FrameClipDataset(Dataset):
         resize: int | None = None,
         augment: bool = False,
         limit: int | None = None,
+        skip_bad: bool = False,
     ):
         if split not in ("train", "val"):
             raise ValueError(f"unknown split {split!r}; choose from train, val")
@@ -66,6 +69,7 @@ class FrameClipDataset(Dataset):
             root = str(ensure_motion(dataset, root))
         elif dataset not in REAL:
             raise ValueError(f"unknown dataset {dataset!r}; choose from {', '.join(REAL + EMBEDDED)}")
+        self.root = root
         if LAYOUT[dataset] == UCF101:
             self.videos, self.classes = ucf101_videos(root, split)
         else:
@@ -81,6 +85,7 @@ class FrameClipDataset(Dataset):
             self.videos = [self.videos[i] for i in balanced_prefix(self.targets, len(self.classes), limit)]
             self.targets = [v.label for v in self.videos]
         self._counts: dict[int, int] = {}
+        self.skip_policy = SkipPolicy(skip_bad)
 
     def __len__(self) -> int:
         return len(self.videos)
@@ -93,28 +98,43 @@ class FrameClipDataset(Dataset):
             try:
                 self._counts[i] = sum(1 for n in os.listdir(video.frames) if n.startswith("img_"))
             except OSError as err:
-                raise DatasetNotFoundError(f"frame folder {video.frames} unreadable: {err}") from err
+                reason = f"{type(err).__name__}: {err.strerror or err}"
+                raise BadDataError(
+                    f"frame folder {video.frames} unreadable ({reason}): extract the video's frames into it "
+                    f"or remove it from the list, {SKIP_HINT}",
+                    video.frames,
+                    reason,
+                ) from err
         return self._counts[i]
 
     def frame_indices(self, i: int, rng: np.random.Generator | None = None) -> list[int]:
-        """0-based frame indices of the clip of video i (random start when rng is given)."""
-        n = max(1, self.num_frames(i))
+        """0-based frame indices of the clip of video i (random start when rng is given); a video shorter
+        than the clip's span is a BadDataError."""
+        n = self.num_frames(i)
         span = (self.clip_len - 1) * self.frame_interval + 1
-        free = max(0, n - span)
+        if n < span:
+            reason = f"{n} frames, fewer than a clip of {span}"
+            raise BadDataError(
+                f"video {self.videos[i].frames} has {reason} (clip_len {self.clip_len}, frame_interval "
+                f"{self.frame_interval}): re-extract its frames or remove it from the list, {SKIP_HINT}",
+                self.videos[i].frames,
+                reason,
+            )
+        free = n - span
         start = int(rng.integers(0, free + 1)) if rng is not None else free // 2
-        return [(start + k * self.frame_interval) % n for k in range(self.clip_len)]
+        return [start + k * self.frame_interval for k in range(self.clip_len)]
 
     def __getitem__(self, i: int) -> dict:
+        return self.skip_policy.fetch(self._item, i, len(self))
+
+    def _item(self, i: int) -> dict:
         video = self.videos[i]
         rng = np.random.default_rng(torch.randint(0, 2**31, ()).item()) if self.augment else None
-        frames = []
-        for f in self.frame_indices(i, rng):
-            path = video.frames / FRAME_TEMPLATE.format(f + 1)
-            try:
-                with Image.open(path) as img:
-                    frames.append(np.asarray(img.convert("RGB")))
-            except OSError as err:
-                raise DatasetNotFoundError(f"frame {path} missing or unreadable: {err}") from err
+        fix = f"re-extract the frames of {video.frames}"
+        frames = [
+            np.asarray(read_image(video.frames / FRAME_TEMPLATE.format(f + 1), "video frame", fix))
+            for f in self.frame_indices(i, rng)
+        ]
         clip = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float().div_(255)  # (T, 3, H, W)
         clip = self._spatial(clip, rng)
         if self.per_clip_norm:

@@ -1,12 +1,15 @@
-"""The smoke profile as two gloo processes on the CPU under torchrun (MMEngine launcher="pytorch").
+"""The smoke profile as two gloo processes on the CPU under torchrun (MMEngine launcher="pytorch"), and
+how the ranks stop together: a NaN on one rank, a rank killed or hung (faults injected by tests/faults.py).
 
 Deselect with `-m "not slow"`; `make test` runs it.
 """
 
 import json
 import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +35,115 @@ def test_smoke_run_on_two_gloo_ranks(tmp_path_factory):
     assert result["method"] == "daiq" and result["dataset"] == "shapes10" and not result["diverged"]
     assert result["iters"] == 6  # 2 epochs x 3: the data was split between the two ranks
     assert 0 <= result["top1"] <= 100 and result["ms_per_iter"] > 0
+
+
+FAULTS = Path(__file__).resolve().parent / "faults.py"
+# resnet20 on 60 shapes10 images: 3 iterations of 8 per epoch on each rank
+TWO_RANKS = ["--model", "resnet20", "--method", "daiq", "--profile", "smoke", "--paper-dataset", "cifar10"]
+TWO_RANKS += ["--launcher", "pytorch", "--json", "--cfg-options", "train_dataloader.dataset.limit=60"]
+
+
+def _env(cache, **faults) -> dict:
+    env = dict(os.environ, REPRO_DATA_CACHE=str(cache), OMP_NUM_THREADS="1")
+    env.update({f"REPRO_FAULT_{k.upper()}": str(v) for k, v in faults.items()})
+    return env
+
+
+def _torchrun(cache, extra=(), options=(), **faults) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(FAULTS)]
+    cmd += ["train", *extra, *TWO_RANKS, "env_cfg.dist_cfg.backend=gloo", *options]
+    return subprocess.run(cmd, env=_env(cache, **faults), capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.parametrize(
+    "fault, iters",
+    [
+        # the CPU backend raises in the backward pass, while rank 0 waits in DDP's gradient all-reduce:
+        # rank 1 closes its process group, rank 0's all-reduce fails and it reads why from the store
+        ("nan_grad_at", None),
+        # a GPU backend's deferred flag: the ranks agree before the optimizer step (kernels.errors)
+        ("nan_flag_at", 2),
+    ],
+)
+def test_a_nan_on_one_rank_stops_every_rank_as_diverged_once(tmp_path_factory, fault, iters):
+    cache = tmp_path_factory.getbasetemp() / "repro-data-cache"
+    D.ensure_shapes10(cache)
+    proc = _torchrun(cache, rank=1, **{fault: 2})
+    assert proc.returncode == 0, proc.stderr[-3000:]  # both ranks ended normally, with a result
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, proc.stdout  # recorded once, by rank 0
+    result = json.loads(lines[0])
+    assert result["diverged"] and result["top1"] is None and result["final_loss"] is None
+    if iters is not None:
+        assert result["iters"] == iters  # rank 0 stopped at the iteration rank 1 met the NaN
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("fault", ["kill_at", "stop_at"], ids=["killed (SIGKILL)", "hung (SIGSTOP)"])
+def test_a_rank_that_dies_or_hangs_does_not_leave_the_other_waiting(tmp_path_factory, fault):
+    """Two ranks started by hand (torchrun's agent would stop the survivor itself): rank 1 is killed, or
+    stops answering, as its third iteration starts; rank 0 ends at once (a closed connection) or after
+    the process group's timeout (5 s here), with one line and exit status 1."""
+    cache = tmp_path_factory.getbasetemp() / "repro-data-cache"
+    D.ensure_shapes10(cache)
+    port, procs = _free_port(), []
+    for rank in (0, 1):
+        env = _env(cache, rank=1, **{fault: 2})
+        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        cmd = [sys.executable, str(FAULTS), "train", *TWO_RANKS, "env_cfg.dist_cfg.timeout=5"]
+        procs.append(
+            subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
+    try:
+        out, err = procs[0].communicate(timeout=120)
+    finally:
+        procs[1].kill()
+        procs[1].communicate()
+    assert procs[0].returncode == 1, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    reason = "Connection reset by peer" if fault == "kill_at" else "Timed out waiting 5000ms"
+    assert (
+        lines[0].startswith("error: another rank stopped responding (it died or hung): ")
+        and reason in lines[0]
+    )
+    assert not [line for line in out.splitlines() if line.startswith("{")]
+
+
+def test_a_two_rank_run_killed_mid_epoch_resumes_as_the_uninterrupted_one(tmp_path_factory, tmp_path):
+    """Rank 1 SIGKILLed inside epoch 2 (torchrun then stops rank 0), the command run again: it resumes
+    from iter_4.pth with each rank's own RNG and INT8 method state (DAIQ's s_c differ between ranks)
+    and ends bit-identical to the uninterrupted run."""
+    import torch
+
+    import repro  # noqa: F401  (weights_only loading of mmengine checkpoints)
+
+    cache = tmp_path_factory.getbasetemp() / "repro-data-cache"
+    D.ensure_shapes10(cache)
+    every = ["default_hooks.checkpoint.iter_interval=2", "default_hooks.checkpoint.min_interval_s=0"]
+
+    def run(work, **faults):
+        return _torchrun(cache, **faults, extra=["--work-dir", str(work)], options=every)
+
+    whole = run(tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = run(tmp_path / "k", rank=1, kill_at=4)
+    assert killed.returncode != 0 and (tmp_path / "k" / "iter_4.pth").exists()
+    resumed = run(tmp_path / "k")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = (json.loads(next(x for x in p.stdout.splitlines() if x.startswith("{"))) for p in (whole, resumed))
+    assert b["resumed_from"] == str(tmp_path / "k" / "iter_4.pth")
+    assert (a["final_loss"], a["top1"], a["iters"]) == (b["final_loss"], b["top1"], b["iters"])
+    ranks = [
+        torch.load(d / "epoch_2.pth", map_location="cpu")["meta"]["repro_int8_ranks"]
+        for d in (tmp_path / "whole", tmp_path / "k")
+    ]
+    layer = next(iter(ranks[0][0]))
+    assert not torch.equal(ranks[0][0][layer]["scale"], ranks[0][1][layer]["scale"])  # the ranks' own
+    assert all(torch.equal(ranks[0][r][layer]["scale"], ranks[1][r][layer]["scale"]) for r in (0, 1))
