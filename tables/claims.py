@@ -93,6 +93,25 @@ class Context:
             self.commands[name] = out.meta.get("command", f"repro table {name} --profile {self.profile}")
         return self.frames[name]
 
+    def figure(self, name: str) -> pd.DataFrame:
+        """The plotted data (CSV) of figure `name` at this profile, drawing it (and training its runs) if
+        needed, or read from the kept results' figures/ directory."""
+        if name not in self.frames:
+            if self.kept is not None:
+                csv = self.kept / "figures" / f"{name}.csv"
+                if not csv.exists():
+                    raise NotKept(f"{name} is not among the kept figures in {self.kept / 'figures'} "
+                                  f"(`make {name}` draws it)")  # fmt: skip
+                self.commands[name] = f"kept {csv}"
+            else:
+                from tables.figures.registry import make
+
+                paths = make(name, self.profile, self.results_dir, progress=self.progress)
+                csv = next(p for p in paths if p.suffix == ".csv")
+                self.commands[name] = f"repro figure {name} --profile {self.profile}"
+            self.frames[name] = pd.read_csv(csv)
+        return self.frames[name]
+
 
 # ----------------------------------------------------------------------------------------------------
 # comparisons with the seeds' spread
@@ -304,6 +323,152 @@ def _close_to_fp32(ctx: Context) -> Verdict:
     return Verdict(REPRODUCED, measured)
 
 
+# ----------------------------------------------------------------------------------------------------
+# the claims that rest on the statistics recorder's figures (one recorded run per curve: a difference
+# between single runs is only a direction, unless the claim is about an effect as large as a failure)
+
+ONE_RUN = "one run per curve: no estimate of the noise"
+
+
+def _direction(better: bool, measured: str) -> Verdict:
+    word = "agrees" if better else "disagrees"
+    return Verdict(INCONCLUSIVE, measured, f"{ONE_RUN} (the direction {word} with the paper)")
+
+
+def _final_top1(frame: pd.DataFrame, by: str = "run") -> dict[str, float]:
+    done = frame.dropna(subset=["val_top1"])
+    return {str(k): float(v) for k, v in done.groupby(by)["val_top1"].last().items()}
+
+
+def _ks_gradients_fail(ctx: Context) -> Verdict:
+    frame = ctx.figure("ui8-table1")
+    dists = ("gaussian", "laplace", "student")
+    parts, g_all_rejected, w_some_accepted = [], True, True
+    for r in frame.to_dict("records"):
+        rejected = [d for d in dists if r[d] > r["critical"]]
+        parts.append(f"{r['layer']} {r['data']}: " + ", ".join(f"{d} {r[d]:.3f}" for d in dists)
+                     + f" (critical {r['critical']:.4f})")  # fmt: skip
+        if r["data"] == "g":
+            g_all_rejected &= len(rejected) == len(dists)
+        else:
+            w_some_accepted &= len(rejected) < len(dists)
+    measured = "KS D_n, median over recorded iterations: " + "; ".join(parts)
+    if g_all_rejected and w_some_accepted:
+        return Verdict(REPRODUCED, measured)
+    why = []
+    if not g_all_rejected:
+        why.append("a gradient is not rejected by every fit")
+    if not w_some_accepted:
+        why.append("a weight is rejected by every fit")
+    return Verdict(NOT_REPRODUCED, measured, "; ".join(why))
+
+
+def _histogram_std(group: pd.DataFrame) -> float:
+    w = group["count"].to_numpy(dtype=float)
+    x = group["bin_centre"].to_numpy(dtype=float)
+    if w.sum() <= 0:
+        return math.nan
+    mean = (w * x).sum() / w.sum()
+    return math.sqrt((w * (x - mean) ** 2).sum() / w.sum())
+
+
+def _gradient_distributions_change(ctx: Context) -> Verdict:
+    frame = ctx.figure("ui8-figure3")
+    panels = {"(b)": "over iterations", "(c)": "with depth", "(d)": "with layer structure"}
+    parts, changes = [], []
+    for panel, what in panels.items():
+        stds = [_histogram_std(g) for _, g in frame[frame["panel"] == panel].groupby("series")]
+        stds = [v for v in stds if v > 0]
+        ratio = max(stds) / min(stds) if len(stds) > 1 else math.nan
+        changes.append(ratio >= 2.0)
+        parts.append(f"{what}: std of g spans {ratio:.1f}x over {len(stds)} histograms")
+    measured = "MobileNetV2 gradients (UI8 Fig. 3 panels b-d): " + "; ".join(parts)
+    if all(changes):
+        return Verdict(REPRODUCED, measured)
+    return Verdict(NOT_REPRODUCED, measured, "a spread changes by less than 2x")
+
+
+def _lower_lr_delays_the_crash(ctx: Context) -> Verdict:
+    frame = ctx.figure("ui8-figure4")
+    top1 = _final_top1(frame[frame["panel"] == "b"])
+    measured = "final top-1 without clipping: " + ", ".join(f"{k} {v:.1f}" for k, v in top1.items())
+    crashed = [k for k, v in top1.items() if "no scaling" in k and (math.isnan(v) or v < 20.0)]
+    if not crashed:
+        return Verdict(
+            INCONCLUSIVE, measured, "no run without clipping crashed at this scale: no crash to delay"
+        )
+    return Verdict(INCONCLUSIVE, measured, f"crashed: {', '.join(crashed)}; {ONE_RUN}")
+
+
+def _phi_scaling_beats_fixed_rates(ctx: Context) -> Verdict:
+    top1 = _final_top1(ctx.figure("ui8-figure4").query("panel == 'b'"))
+    phi = {k: v for k, v in top1.items() if "with phi" in k}
+    fixed = {k: v for k, v in top1.items() if "no scaling" in k}
+    if not phi or not fixed:
+        return Verdict(INCONCLUSIVE, "", "the figure has no phi-scaled or no fixed-rate run")
+    measured = "final top-1: " + ", ".join(f"{k} {v:.1f}" for k, v in top1.items())
+    return _direction(min(phi.values()) > max(fixed.values()), measured)
+
+
+def _exponential_form_best(ctx: Context) -> Verdict:
+    top1 = _final_top1(ctx.figure("ui8-figure6"))
+    exp = [v for k, v in top1.items() if k.startswith("exponential")]
+    others = [v for k, v in top1.items() if not k.startswith("exponential")]
+    if not exp or not others:
+        return Verdict(INCONCLUSIVE, "", "the figure lacks a scaling form")
+    measured = "final top-1: " + ", ".join(f"{k} {v:.1f}" for k, v in top1.items())
+    return _direction(exp[0] > max(others), measured)
+
+
+def _gvq_lower_error(ctx: Context) -> Verdict:
+    frame = ctx.figure("daiq-figure3")
+    e = frame[frame["panel"] == "a"].pivot_table(index="iteration", columns="run", values="E")
+    share = float((e["OursGVQ"] < e["GQ"]).mean())
+    measured = (f"E (alpha 0.2) mean GQ {e['GQ'].mean():.3g}, GVQ {e['OursGVQ'].mean():.3g}; GVQ lower at "
+                f"{share:.0%} of {len(e)} recorded iterations")  # fmt: skip
+    if share >= 0.9:
+        return Verdict(REPRODUCED, measured)
+    if share <= 0.5:
+        return Verdict(NOT_REPRODUCED, measured, "GVQ's error is not lower most of the time")
+    return Verdict(INCONCLUSIVE, measured, "GVQ lower only part of the time")
+
+
+def _inverted_t_fits_at_times(ctx: Context) -> Verdict:
+    frame = ctx.figure("daiq-figure3")
+    d = frame[frame["panel"] == "b"].pivot_table(index="iteration", columns="fit", values="D_n")
+    share = float((d["Inverted-T"] < d["Gaussian"]).mean())
+    measured = (f"D_n mean Inverted-T {d['Inverted-T'].mean():.3f}, Gaussian {d['Gaussian'].mean():.3f}; "
+                f"Inverted-T closer at {share:.0%} of {len(d)} recorded iterations")  # fmt: skip
+    if share > 0:
+        return Verdict(REPRODUCED, measured)
+    return Verdict(NOT_REPRODUCED, measured, "the Gaussian fits better at every recorded iteration")
+
+
+def _flag_keeps_nonzeros(ctx: Context) -> Verdict:
+    ratios = ctx.figure("wageubn-figure10").groupby("quantizer")["data_ratio_mean"].mean()
+    zeros = ctx.figure("wageubn-figure9").dropna(subset=["zeros"]).groupby("panel")["zeros"].last()
+    plain, flag = ratios.get("8-bit QE2"), ratios.get("8-bit Flag QE2")
+    measured = (
+        f"share of e_l3 values kept nonzero, mean over ResNet-18 layers: Flag QE2 {flag:.2f}, "
+        f"plain 8-bit QE2 {plain:.2f}; zeros: " + ", ".join(f"{k} {v:.2f}" for k, v in zeros.items())
+    )
+    if flag > plain:
+        return Verdict(REPRODUCED, measured)
+    return Verdict(NOT_REPRODUCED, measured, "plain 8-bit QE2 keeps as many values")
+
+
+def _plain_qe2_fails(ctx: Context) -> Verdict:
+    top1 = _final_top1(ctx.figure("wageubn-figure9"))
+    plain = next((v for k, v in top1.items() if "shift8" in k), None)
+    flag = next((v for k, v in top1.items() if "Flag" in k), None)
+    if plain is None or flag is None:
+        return Verdict(INCONCLUSIVE, "", "the figure lacks the plain or the Flag QE2 run")
+    measured = "final top-1: " + ", ".join(f"{k} {v:.1f}" for k, v in top1.items())
+    if math.isnan(plain) or plain < flag - 10.0:  # a failure, not a difference within a run's noise
+        return Verdict(REPRODUCED, measured)
+    return Verdict(NOT_REPRODUCED, measured, "plain 8-bit QE2 trains at this scale")
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim("ui8-clipping", "UI8", "Figure 2, Table 3",
           "MobileNetV2 INT8 training without gradient clipping crashes; direction-sensitive clipping "
@@ -327,6 +492,31 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("close-to-fp32", "DAIQ / UI8", "DAIQ Tables 4 and 6",
           "DAIQ and UI8 stay within about one point of FP32 across models", _close_to_fp32,
           ("table4", "table6")),
+    Claim("ui8-ks", "UI8", "Table 1",
+          "Gradients fail the KS tests against Gaussian, Laplace and Student-t fits; weights mostly pass",
+          _ks_gradients_fail, ("ui8-table1",)),
+    Claim("ui8-distributions", "UI8", "Figure 3, C1-C4",
+          "Gradient distributions change over training, with depth and with layer structure",
+          _gradient_distributions_change, ("ui8-figure3",)),
+    Claim("ui8-lower-lr", "UI8", "Section 3.3, Figure 4b",
+          "A lower learning rate delays the crash of INT8 training without clipping",
+          _lower_lr_delays_the_crash, ("ui8-figure4",)),
+    Claim("ui8-phi", "UI8", "Figure 4b",
+          "Deviation-counteractive learning-rate scaling beats fixed learning rates",
+          _phi_scaling_beats_fixed_rates, ("ui8-figure4",)),
+    Claim("ui8-exponential", "UI8", "Figure 6b",
+          "The exponential scaling form beats the linear and quadratic ones", _exponential_form_best,
+          ("ui8-figure6",)),
+    Claim("daiq-gvq-error", "DAIQ", "Figure 3a",
+          "GVQ has lower quantization error E than per-tensor GQ", _gvq_lower_error, ("daiq-figure3",)),
+    Claim("daiq-inverted-t", "DAIQ", "Figure 3b",
+          "The Inverted-T distribution fits the gradients better than a Gaussian at times",
+          _inverted_t_fits_at_times, ("daiq-figure3",)),
+    Claim("wageubn-flag-nonzeros", "WAGEUBN", "Figures 9 and 10",
+          "Flag QE2 keeps more of the error's values than plain 8-bit QE2", _flag_keeps_nonzeros,
+          ("wageubn-figure9", "wageubn-figure10")),
+    Claim("wageubn-plain-qe2", "WAGEUBN", "Figure 9",
+          "Plain 8-bit QE2 fails where Flag QE2 trains", _plain_qe2_fails, ("wageubn-figure9",)),
 )  # fmt: skip
 
 

@@ -116,3 +116,41 @@ def test_kept_results_are_read_and_a_missing_table_is_inconclusive(tmp_path):
     reason = frame.set_index("key").loc["ui8-clipping", "reason"]
     assert "ui8-table3 is not among the kept results" in reason
     assert claims.main(["--kept", str(tmp_path / "nowhere")]) == 2
+
+
+def _ks_row(data, g, lap, st, critical=0.02):
+    return dict(layer="layer0 conv3", data=data, gaussian=g, laplace=lap, student=st, critical=critical)
+
+
+def test_ks_claim_needs_every_gradient_fit_rejected_and_some_weight_fit_accepted():
+    paper_like = [_ks_row("g", 0.2, 0.08, 0.2), _ks_row("w", 0.01, 0.07, 0.1)]
+    student_fits = [_ks_row("g", 0.2, 0.08, 0.01), _ks_row("w", 0.01, 0.07, 0.1)]
+    assert claims._ks_gradients_fail(context(ui8_table1=paper_like)).verdict == REPRODUCED
+    v = claims._ks_gradients_fail(context(ui8_table1=student_fits))
+    assert v.verdict == NOT_REPRODUCED and "gradient is not rejected" in v.reason
+
+
+def test_figure_claims_read_the_plotted_data():
+    its = range(10)
+    error = [
+        dict(panel="a", run=r, iteration=i, E=e * (1 + i))
+        for i in its
+        for r, e in (("GQ", 2.0), ("OursGVQ", 1.0))
+    ]
+    fits = [
+        dict(panel="b", fit=f, iteration=i, D_n=d)
+        for i in its
+        for f, d in (("Gaussian", 0.2), ("Inverted-T", 0.3))
+    ]
+    ctx = context(daiq_figure3=error + fits)
+    assert claims._gvq_lower_error(ctx).verdict == REPRODUCED
+    assert claims._inverted_t_fits_at_times(ctx).verdict == NOT_REPRODUCED  # Gaussian closer every time
+    curves = [
+        dict(run=r, val_top1=v) for r, v in (("8-bit QE2 (e2=shift8)", 11.0), ("Flag QE2 (wageubn)", 90.0))
+    ]
+    assert claims._plain_qe2_fails(context(wageubn_figure9=curves)).verdict == REPRODUCED
+    curves[0]["val_top1"] = 89.0  # trains: within a run's noise of Flag's is no failure
+    assert claims._plain_qe2_fails(context(wageubn_figure9=curves)).verdict == NOT_REPRODUCED
+    forms = [dict(run=f"{f} scaling", val_top1=v) for f, v in (("exponential", 80.0), ("linear", 70.0))]
+    v = claims._exponential_form_best(context(ui8_figure6=forms))
+    assert v.verdict == INCONCLUSIVE and "agrees" in v.reason
