@@ -1,0 +1,60 @@
+"""WAGEUBN Figure 8: accuracy sensitivity to the batch size, FP32 against full 8-bit WAGEUBN, ResNet-18.
+
+The paper trains at batch 128, 64, 32 and 16; here the recipe's batch and 1/2, 1/4, 1/8 of it (at least 2),
+the same learning rate and epochs. Final validation top-1 of each run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tables.figures import common
+from tables.figures.runs import BATCH_FACTORS, RecordedRun
+
+METHODS = {"fp32": "FP32", "wageubn": "WAGEUBN full 8-bit"}
+
+
+def _name(method: str, factor: float) -> str:
+    return f"resnet18-{method}" if factor == 1.0 else f"resnet18-{method}-batch{factor:g}"
+
+
+RUNS = tuple(_name(m, f) for m in METHODS for f in BATCH_FACTORS)
+
+
+def draw(runs: dict[str, RecordedRun], out: Path) -> list[Path]:
+    plt = common.pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    rows: list[dict] = []
+    for method, label in METHODS.items():
+        by_batch = {runs[_name(method, f)].meta["batch_size"]: runs[_name(method, f)] for f in BATCH_FACTORS}
+        points = sorted(by_batch.items(), key=lambda p: p[0])  # a batch floored at 2 may repeat
+        x = [b for b, _ in points]
+        y = [r.result.get("top1") for _, r in points]
+        ax.plot(x, [float("nan") if v is None else v for v in y], marker="o", label=label)
+        for b, v in zip(x, y, strict=True):
+            ax.annotate(
+                "diverged" if v is None else f"{v:.1f}",
+                (b, v or 0),
+                xytext=(0, 6),
+                textcoords="offset points",
+                ha="center",
+                fontsize=7,
+            )
+            rows.append({"method": method, "batch_size": b, "top1": v})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(
+        sorted({r["batch_size"] for r in rows}), [str(b) for b in sorted({r["batch_size"] for r in rows})]
+    )
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("final validation top-1 (%)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    all_runs = [runs[n] for n in RUNS]
+    common.title(
+        fig,
+        "WAGEUBN Figure 8: accuracy sensitivity to the batch size (ResNet-18)",
+        all_runs,
+        f"same learning rate and epochs at every batch size; lr {all_runs[0].meta['lr']:g}",
+    )
+    fig.tight_layout()
+    return common.save(fig, rows, out, "wageubn-figure8")
