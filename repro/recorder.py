@@ -355,7 +355,9 @@ class StatsRecorder:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         body = {"config": self.config(), "records": self.records, **(extra or {})}
-        write_file(folder / "records.json", json.dumps(_finite(body), allow_nan=False))
+        # strict JSON: a NaN statistic (a constant tensor's KS fit) or a diverged loss becomes null
+        strict = json.loads(json.dumps(body), parse_constant=lambda _: None)
+        write_file(folder / "records.json", json.dumps(strict, allow_nan=False))
         with open(folder / ".samples.npz.tmp", "wb") as f:
             np.savez_compressed(f, **self.samples)
         (folder / ".samples.npz.tmp").replace(folder / "samples.npz")
@@ -363,16 +365,6 @@ class StatsRecorder:
 
 def _scalars(state: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in state.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def load(folder: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
