@@ -30,17 +30,19 @@ def draw(runs: dict[str, RecordedRun], out: Path) -> list[Path]:
         points = sorted(by_batch.items(), key=lambda p: p[0])  # a batch floored at 2 may repeat
         x = [b for b, _ in points]
         y = [r.result.get("top1") for _, r in points]
-        ax.plot(x, [float("nan") if v is None else v for v in y], marker="o", label=label)
+        (line,) = ax.plot(x, [float("nan") if v is None else v for v in y], marker="o", label=label)
         for b, v in zip(x, y, strict=True):
-            ax.annotate(
-                "diverged" if v is None else f"{v:.1f}",
-                (b, v or 0),
-                xytext=(0, 6),
-                textcoords="offset points",
-                ha="center",
-                fontsize=7,
-            )
-            rows.append({"method": method, "batch_size": b, "top1": v})
+            if v is None:  # a diverged run: a cross at the foot of the axes, where no accuracy is
+                foot = ax.get_xaxis_transform()  # x in data, y in axes fractions
+                colour = line.get_color()
+                ax.plot([b], [0.03], marker="x", color=colour, markersize=9, transform=foot, clip_on=False)
+                ax.annotate("diverged", (b, 0.03), xycoords=foot, xytext=(0, 7), textcoords="offset points",
+                            ha="center", fontsize=7, color=colour)  # fmt: skip
+            else:
+                ax.annotate(
+                    f"{v:.1f}", (b, v), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=7
+                )
+            rows.append({"method": method, "batch_size": b, "top1": v, "diverged": v is None})
     ax.set_xscale("log", base=2)
     ax.set_xticks(
         sorted({r["batch_size"] for r in rows}), [str(b) for b in sorted({r["batch_size"] for r in rows})]
