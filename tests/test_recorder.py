@@ -112,7 +112,8 @@ def test_int8_gradient_record_matches_the_codes():
 
     def spy(self, g, channel_axis):
         codes = original(self, g, channel_axis)
-        seen["g"], seen["g_hat"] = g.clone(), repro.dequantize(codes.gx, codes.gx_scale)
+        if self is quantizer:  # the class's method: every other layer calls it too
+            seen["g"], seen["g_hat"] = g.clone(), repro.dequantize(codes.gx, codes.gx_scale)
         return codes
 
     type(quantizer).grad = spy
