@@ -93,9 +93,27 @@ $(filter-out $(SPEED_TABLES),$(TABLES)):
 $(SPEED_TABLES):
 	$(BIN)/python -m tables.command table $@ $(SPEED_ARGS)
 
-# The claims report (issue 19): every claim checked by the tables it reads (generated as needed, from the
+# The claims report (issue 19): every claim checked by the tables and figures it reads (generated as needed, from the
 # cache after `make tables`); results/claims.md and .csv.
 .PHONY: claims
 claims:
 	$(BIN)/python -m tables.claims --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
 	  $(if $(DEVICE),--device $(DEVICE)) $(if $(KEPT),--kept $(KEPT))
+
+# Figures: every paper figure the harness regenerates, and UI8 Table 1 (KS statistics), each drawn from
+# training runs recorded with the statistics recorder (repro.recorder), cached under
+# $(RESULTS)/figures/runs and shared between figures; each writes $(RESULTS)/figures/<name>.png and .csv.
+# `make figures` draws them all in one process; PROFILE=smoke in a few minutes, embedded within an hour.
+FIGURES := ui8-table1 ui8-figure2 ui8-figure3 ui8-figure4 ui8-figure6 \
+           ui8-supplement-figure1 ui8-supplement-figure2 ui8-supplement-figure3 \
+           daiq-figure1 daiq-figure3 \
+           wageubn-figure6 wageubn-figure7 wageubn-figure8 wageubn-figure9 wageubn-figure10
+FIGURE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DATA_ROOT),--data-root $(DATA_ROOT))
+
+.PHONY: figures $(FIGURES)
+
+figures:
+	$(BIN)/python -m tables.command figure $(FIGURES) $(FIGURE_ARGS)
+
+$(FIGURES):
+	$(BIN)/python -m tables.command figure $@ $(FIGURE_ARGS)

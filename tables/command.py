@@ -4,6 +4,7 @@
     repro step-time    one training step per method, timed side by side (repro.steptime)
     repro train        one training run of a task (tasks.cli)
     repro table NAME   one paper table (tables.cli)
+    repro figure NAME  one paper figure from recorded trainings (tables.figures.cli)
 
 A ValueError from any of them (an unknown name, a method option of the wrong type) is one line on
 stderr and exit status 2, as argparse's own usage errors.
@@ -16,6 +17,7 @@ import sys
 
 from repro.methods import METHODS, list_methods
 from tables.cli import add_table_parser
+from tables.figures.cli import add_figure_parser
 from tasks.cli import add_train_parser
 
 
@@ -58,6 +60,7 @@ def main(argv=None) -> int:
     p.set_defaults(func=cmd_step_time)
     add_train_parser(sub)
     add_table_parser(sub)
+    add_figure_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -123,6 +123,35 @@ def snapshot(root: Path, video_embedded_datasets=("ucf101", "kinetics400")) -> d
     return {"configs": configs, "keys": keys}
 
 
+# Options methods gained after 028db0b, at their defaults. A cell's key holds every option of its method, so
+# the cells of these methods got new keys (they are recomputed once); at these values they train as before.
+# The test takes them out of the keys, and leaves out the rows that only these options made runnable.
+ADDED_OPTIONS = {
+    "ui8": {"lr_form": "exponential", "bits_w": 8},
+    "wageubn": {"e2": "flag8"},
+    "wageubn-e2-16": {"e2": "shift16"},
+}
+
+
+def _as_on_028db0b(mp: pytest.MonkeyPatch) -> None:
+    import tables.cells
+    import tables.generate
+
+    normalize, blocker = tables.cells.normalize_options, tables.generate.row_blocker
+
+    def normalize_without_added(method, options):
+        added = ADDED_OPTIONS.get(method, {})
+        return {k: v for k, v in normalize(method, options).items() if k not in added or v != added[k]}
+
+    def blocker_of_new_rows(row):
+        added = ADDED_OPTIONS.get(row.method, {})
+        new = any(k in added and v != added[k] for k, v in row.options.items())
+        return "runnable since 028db0b" if new else blocker(row)
+
+    mp.setattr(tables.cells, "normalize_options", normalize_without_added)
+    mp.setattr(tables.generate, "row_blocker", blocker_of_new_rows)
+
+
 @pytest.fixture(scope="module")
 def current(tmp_path_factory):
     mp = pytest.MonkeyPatch()
@@ -132,6 +161,7 @@ def current(tmp_path_factory):
 
     mp.setattr(torch.cuda, "is_available", lambda: False)
     mp.setattr(os, "cpu_count", lambda: 2)
+    _as_on_028db0b(mp)
     try:
         yield snapshot(tmp_path_factory.mktemp("golden"), video_embedded_datasets=("ucf101",))
     finally:

@@ -121,7 +121,7 @@ def test_spot_checked_methods_options_and_flags():
     assert find("wageubn-table1", "ResNet34 32/32/32/32 + 8/8/8/24").method == "wageubn"
     assert find("wageubn-table1", "ResNet34 32/32/32/32 + 8/8/8/24").paper_extra["int8_top5"] == 87.70
     two_bit = find("ui8-table7", "AlexNet FP 32/32/32 + Ours 2/8/8")
-    assert two_bit.bits == "2/8/8" and "2-bit" in row_blocker(two_bit)
+    assert two_bit.bits == "2/8/8" and two_bit.options == {"bits_w": 2} and row_blocker(two_bit) is None
 
 
 # Rows whose printed delta is not int8 - fp32 (none found; a new one must be added here on purpose).
@@ -165,7 +165,7 @@ def test_methods_are_registry_names_or_not_implemented():
         "ui8-table4": 4,
         "ui8-table5": 4,
         "ui8-table6": 4,
-        "ui8-table7": 12,  # not the 2-bit-weight UI8 row
+        "ui8-table7": 13,
         "ui8-table8": 1,  # not R-FCN (MMDetection 3 has none)
         "ui8-table9": 2,
         "wageubn-table1": 6,

@@ -12,6 +12,16 @@
   the layer's learning rate (applied by repro.lr_scaling).
 - The same q(G) feeds GX and GW. Options `clip` and `lr_scaling` switch the two techniques off for the
   ablations of UI8 Tables 3 and 4 (with clip off, c = max|G| every iteration).
+- `lr_form`: the scaling function of UI8 Figure 6(b), which compares a linear, a quadratic and the
+  exponential form but prints only the exponential one (eq. 8). Our reading, x = alpha d_c: the linear and
+  quadratic forms are the first- and second-order truncations of e^x in the denominator,
+      linear 1 / (1 + x),   quadratic 1 / (1 + x + x^2 / 2),   exponential e^-x,
+  each floored at beta: the same alpha, beta and slope at d_c = 0, ordered from weakest to strongest.
+- `bits_w`: weights on a k-bit grid (UI8 Table 7's "Ours 2/8/8" has 2-bit weights; the paper does not say
+  how it quantizes them). Our reading: UI8's symmetric quantizer (eq. 1) with 2^(k-1) - 1 levels a side,
+  its clip value chosen, as for the gradients, to minimise the cosine distance between W and its
+  quantized version (a log-spaced search), and the least-squares scale for those codes. The codes are
+  int8, so the products stay int8 x int8. bits_w = 8 is the per-tensor max|W| quantizer as before.
 """
 
 from __future__ import annotations
@@ -93,9 +103,60 @@ def search_clip(g: torch.Tensor) -> tuple[float, float]:
     return float(c), float(d)
 
 
-def lr_factor(d_c: float, alpha: float, beta: float) -> float:
-    """phi(d_c) = max(exp(-alpha d_c), beta), UI8 eq. 8; d_c >= 0, so phi <= 1."""
-    return max(math.exp(-alpha * max(d_c, 0.0)), beta)
+LR_FORMS = ("exponential", "linear", "quadratic")
+# the weight grid's clip search (bits_w < 8): log-spaced ratios c / max|w| in [2^-6, 1], then a finer grid
+WEIGHT_LOW_RATIO = 2.0**-6
+WEIGHT_GRIDS = (12, 8)
+
+
+def lr_factor(d_c: float, alpha: float, beta: float, form: str = "exponential") -> float:
+    """phi(d_c) = max(exp(-alpha d_c), beta), UI8 eq. 8, or the linear / quadratic form of Figure 6(b)
+    (module doc); d_c >= 0, so phi <= 1."""
+    x = alpha * max(d_c, 0.0)
+    if form == "linear":
+        return max(1.0 / (1.0 + x), beta)
+    if form == "quadratic":
+        return max(1.0 / (1.0 + x + 0.5 * x * x), beta)
+    return max(math.exp(-x), beta)
+
+
+def lr_factor_tensor(d_c: torch.Tensor, alpha: float, beta: float, form: str = "exponential") -> torch.Tensor:
+    """lr_factor on a 0-d tensor, on its device."""
+    x = alpha * d_c.clamp_min(0.0)
+    if form == "linear":
+        phi = 1.0 / (1.0 + x)
+    elif form == "quadratic":
+        phi = 1.0 / (1.0 + x + 0.5 * x * x)
+    else:
+        phi = torch.exp(-x)
+    return phi.clamp_min(beta)
+
+
+def low_bit_weight(w: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 codes of w on the symmetric `bits`-bit grid and the scale s with w_hat = codes * s / 127
+    (module doc: the clip value minimising the cosine distance, then the least-squares scale)."""
+    levels = 2 ** (bits - 1) - 1
+    u, _ = _unit(w)
+    lo = torch.tensor(math.log(WEIGHT_LOW_RATIO), device=u.device)
+    hi = torch.zeros((), device=u.device)
+    best = hi
+    for k in WEIGHT_GRIDS:
+        logs = lo + (hi - lo) * torch.linspace(0.0, 1.0, k, device=u.device)
+        cos = torch.stack([_grid_cosine(u, r, levels) for r in logs.exp()])
+        i = torch.argmax(cos)
+        best = logs[i]
+        lo, hi = logs[(i - 1).clamp_min(0)], logs[(i + 1).clamp_max(k - 1)]
+    codes = (u * (levels / best.exp())).clamp_(-levels, levels).round_()
+    wf = w.detach().reshape(-1).float()
+    energy = (codes * codes).sum()
+    alpha = torch.where(energy > 0, (wf * codes).sum() / energy.clamp_min(1.0), torch.zeros_like(energy))
+    return codes.to(torch.int8).reshape(w.shape), alpha * QMAX
+
+
+def _grid_cosine(u: torch.Tensor, ratio: torch.Tensor, levels: int) -> torch.Tensor:
+    t = (u * (levels / ratio)).clamp_(-levels, levels).round_()
+    denom = u.norm() * t.norm()
+    return torch.where(denom > 0, (u * t).sum() / denom.clamp_min(torch.finfo(torch.float32).tiny), -1.0)
 
 
 def _searched_or_unclipped(c: torch.Tensor, g: torch.Tensor, backend) -> torch.Tensor:
@@ -132,6 +193,11 @@ class Ui8Quantizer(LayerQuantizer):
     def d_c(self, value: float) -> None:
         self._d_c = torch.tensor(float(value), dtype=torch.float64)
 
+    def weight(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.opts["bits_w"] == 8:
+            return super().weight(w)
+        return low_bit_weight(w, self.opts["bits_w"])
+
     def due(self) -> bool:
         return self.step % self.opts["period"] == 0
 
@@ -155,13 +221,12 @@ class Ui8Quantizer(LayerQuantizer):
     def lr_scale(self) -> float:
         if not self.opts["lr_scaling"]:
             return 1.0
-        return lr_factor(self.d_c, self.opts["alpha"], self.opts["beta"])
+        return lr_factor(self.d_c, self.opts["alpha"], self.opts["beta"], self.opts["lr_form"])
 
     def lr_scale_tensor(self) -> torch.Tensor | None:
         if not self.opts["lr_scaling"] or self._d_c is None:
             return None
-        phi = torch.exp(-self.opts["alpha"] * self._d_c.clamp_min(0.0))
-        return phi.clamp_min(self.opts["beta"])
+        return lr_factor_tensor(self._d_c, self.opts["alpha"], self.opts["beta"], self.opts["lr_form"])
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "clip": self.clip, "d_c": self.d_c, "updates": self.updates}
@@ -176,10 +241,23 @@ class Ui8(Method):
     name = "ui8"
     description = "UI8: direction-sensitive clipping, periodic update, deviation-counteractive LR scaling"
     layer_quantizer = Ui8Quantizer
-    # alpha = 20, beta = 0.1, period 100 (UI8 section 4.1; Table 4 sweeps alpha, beta; Table 5 the period)
-    defaults = {"alpha": 20.0, "beta": 0.1, "period": 100, "clip": True, "lr_scaling": True}
+    # alpha = 20, beta = 0.1, period 100 (UI8 section 4.1; Table 4 sweeps alpha, beta; Table 5 the period);
+    # lr_form: Figure 6(b); bits_w: Table 7's 2/8/8 row
+    defaults = {
+        "alpha": 20.0,
+        "beta": 0.1,
+        "period": 100,
+        "clip": True,
+        "lr_scaling": True,
+        "lr_form": "exponential",
+        "bits_w": 8,
+    }
 
     def validate(self) -> None:
+        if self.opts["lr_form"] not in LR_FORMS:
+            raise ValueError(f"lr_form must be one of {', '.join(LR_FORMS)}, got {self.opts['lr_form']!r}")
+        if not 2 <= self.opts["bits_w"] <= 8:
+            raise ValueError(f"bits_w must be a weight bit width from 2 to 8, got {self.opts['bits_w']}")
         if int(self.opts["period"]) < 1:
             raise ValueError(f"period must be a positive number of iterations, got {self.opts['period']}")
         if not 0.0 <= self.opts["beta"] <= 1.0:

@@ -7,7 +7,9 @@ Where each quantizer acts (sec. III-D/E, Algorithms 1-2; functions in fixed_poin
 - A: swapped ReLU: Q(relu(x), kA = 8) (eq. 14).
 - E1: swapped ReLU, backward: SQ(e, 8) on the error entering the activation (eq. 15).
 - E2: the error at each quantized layer's output (between conv and BN): Flag QE2 with kE2 = 8 (eq. 17;
-  `wageubn`) or SQ(e, 16) (eq. 16; `wageubn-e2-16`, Table I's "16-bit E2").
+  `wageubn`) or SQ(e, 16) (eq. 16; `wageubn-e2-16`, Table I's "16-bit E2"). Option `e2` picks it:
+  "flag8", "shift16", or "shift8", the plain 8-bit QE2 SQ(e, 8) that WAGEUBN Figure 9 compares
+  Flag QE2 with (sec. IV-E: it "causes the non-convergence").
 - G: weight gradients CQ(gW) with kGC = 15 and d_r = 2^(k-1) (eq. 7, 18); g_gamma, g_beta Q(., 15).
 - U: optim.FixedPointMomentum: Mom = 0.75 (kMom = 3), kAcc = 13, klr = 10, kWU = 24 (eq. 20-24).
 The first and last Conv/Linear layers stay full precision (quantize_model's skip rule); every BatchNorm
@@ -50,6 +52,7 @@ from repro.methods.wageubn.optim import FixedPointMomentum
 from repro.ste import grad_quant, ste
 
 PARTS = ("W", "BN", "A", "GW", "E1", "E2")
+E2_FORMATS = {"flag8": lambda e: flag_qe2(e, 8), "shift16": lambda e: SQ(e, 16), "shift8": lambda e: SQ(e, 8)}
 K_W, K_A, K_E1, K_GW, K_GC, K_GBN = 8, 8, 8, 8, 15, 15
 K_MOM, K_ACC, K_LR, K_WU = 3, 13, 10, 24
 MOMENTUM = 0.75  # 3 x 2^-2 (sec. IV-B)
@@ -80,10 +83,11 @@ class Wageubn(Method):
     name = "wageubn"
     description = (
         "WAGEUBN full 8-bit: W, A, GW, E1 8-bit, E2 9-bit Flag QE2, BN x_hat 16-bit (gamma, beta 8), "
-        "quantized Momentum, fixed-point lr; quantize_only=W|BN|A|GW|E1|E2 for Table II; simulated "
+        "quantized Momentum, fixed-point lr; quantize_only=W|BN|A|GW|E1|E2 for Table II; "
+        "e2=flag8|shift8|shift16; simulated "
         "(quantize-dequantize in float: activations and errors are wider than int8)"
     )
-    defaults = {"quantize_only": None}
+    defaults = {"quantize_only": None, "e2": "flag8"}
     layer_quantizer = WageubnQuantizer
     simulated = True
 
@@ -91,6 +95,8 @@ class Wageubn(Method):
         only = self.opts["quantize_only"]
         if only is not None and only not in PARTS:
             raise ValueError(f"quantize_only must be one of {', '.join(PARTS)} (or None), got {only!r}")
+        if self.opts["e2"] not in E2_FORMATS:
+            raise ValueError(f"e2 must be one of {', '.join(E2_FORMATS)}, got {self.opts['e2']!r}")
         self.full = only is None
         self.parts = set(PARTS) if self.full else {only}
         self.bn_quant = BnQuant(
@@ -102,7 +108,7 @@ class Wageubn(Method):
         self.dr = dr_for(0, K_GW)
 
     def qe2(self, e: torch.Tensor) -> torch.Tensor:
-        return flag_qe2(e, 8)
+        return E2_FORMATS[self.opts["e2"]](e)
 
     def module_swaps(self) -> dict[type[nn.Module], type[nn.Module]]:
         swaps: dict[type[nn.Module], type[nn.Module]] = {}
@@ -153,6 +159,4 @@ class WageubnE2x16(Wageubn):
         "WAGEUBN with 16-bit E2 (SQ(e, 16) between conv and BN), otherwise as wageubn; "
         "simulated (quantize-dequantize in float)"
     )
-
-    def qe2(self, e: torch.Tensor) -> torch.Tensor:
-        return SQ(e, 16)
+    defaults = {**Wageubn.defaults, "e2": "shift16"}

@@ -12,6 +12,11 @@ Each Q passes its gradient straight through (eq. 1), so e2 = e1 * gamma_q and th
 convolution is the exact derivative of this graph (Algorithm 2); g_gamma and g_beta are Q(., k_grad)
 (eq. 18). Evaluation uses the running statistics, quantized the same way (the authors' BatchNorm.py).
 ReLU: forward Q(relu(x), k_a) (eq. 14); backward e0 = SQ(e, k_e1) then e1 = e0 * relu'(x) (Algorithm 2).
+
+`observe_forward` / `observe_backward` give the statistics recorder (repro.recorder) each quantized value
+before and after its quantizer (WAGEUBN Figure 7: BN's x_hat, A, E1), recomputed without gradients and
+without touching the running statistics; these quantizers round to nearest, so recomputing them draws
+no random number.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from torch import nn
 
 from repro.methods.wageubn.fixed_point import SQ, Q
 from repro.ste import grad_quant, ste
+
+Pair = tuple[torch.Tensor, torch.Tensor]  # a value before and after its quantizer
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,23 @@ class QBatchNormMixin:
         return x_hat * gamma.reshape(shape) + beta.reshape(shape)
 
     @torch.no_grad()
+    def observe_forward(self, inputs: tuple, output: torch.Tensor) -> dict[str, Pair]:
+        """{"BN": (x_hat of the float batch norm, x_hat as this layer computes it)}."""
+        x = inputs[0]
+        spec: BnQuant = self.int8_method.bn_quant
+        dims = [0, *range(2, x.dim())]
+        shape = [1, -1, *([1] * (x.dim() - 2))]
+        if self.training or not self.track_running_stats or self.running_mean is None:
+            mean, var = x.mean(dims), x.var(dims, correction=0)
+        else:
+            mean, var = self.running_mean, self.running_var
+        exact = (x - mean.reshape(shape)) / (var + self.eps).sqrt().reshape(shape)
+        if not spec.forward:
+            return {"BN": (exact, exact)}
+        std = Q(var.sqrt(), spec.k_sigma) + spec.eps
+        return {"BN": (exact, Q((x - Q(mean, spec.k_mu).reshape(shape)) / std.reshape(shape), spec.k_bn))}
+
+    @torch.no_grad()
     def _update_running_stats(self, x, mean, var, dims) -> None:
         if not (self.training and self.track_running_stats and self.running_mean is not None):
             return
@@ -128,6 +152,17 @@ class QReLU(nn.ReLU):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _QRelu.apply(x, self.int8_method.relu_quant)
+
+    @torch.no_grad()
+    def observe_forward(self, inputs: tuple, output: torch.Tensor) -> dict[str, Pair]:
+        """{"A": (relu(x), the quantized activation)}."""
+        return {"A": (torch.relu(inputs[0]), output)}
+
+    @torch.no_grad()
+    def observe_backward(self, e: torch.Tensor) -> dict[str, Pair]:
+        """{"E1": (the error entering the activation, SQ(e, k_e1))}."""
+        k = self.int8_method.relu_quant.k_e1
+        return {"E1": (e, e if k is None else SQ(e, k))}
 
 
 # float class -> quantized class, for Method.module_swaps

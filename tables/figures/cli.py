@@ -1,0 +1,70 @@
+"""`repro figure NAME ...`: draw the papers' figures (and UI8 Table 1) from recorded trainings.
+
+    repro figure ui8-figure3 [--profile embedded] [--results-dir results] [--data-root D]
+    repro figure all
+
+Trains the recorded runs a figure needs that are not cached (results/figures/runs/; a killed run is
+started again, finished ones are kept) and writes results/figures/<name>.png and .csv. Exit status: 0
+written, 1 a figure failed, 2 bad arguments, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tables.figures.registry import list_figures, make
+from tasks import PROFILES
+
+
+def add_figure_parser(subparsers):
+    p = subparsers.add_parser(
+        "figure",
+        help="draw a paper figure (or UI8 Table 1) from recorded training runs",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("names", nargs="+", metavar="NAME", help="'all' or any of: " + ", ".join(list_figures()))
+    p.add_argument("--profile", default="embedded", help=f"one of: {', '.join(PROFILES)} (default embedded)")
+    p.add_argument("--data-root", default=None, help="where the paper profile finds its datasets")
+    p.add_argument("--results-dir", default="results", help="output and cache directory (default results)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--verbose", action="store_true", help="training logs on the terminal")
+    p.set_defaults(func=cmd_figure)
+    return p
+
+
+def cmd_figure(args) -> int:
+    names = list_figures() if args.names == ["all"] else list(dict.fromkeys(args.names))
+    unknown = [n for n in names if n not in list_figures()]
+    if unknown:
+        print(
+            f"error: unknown figure {unknown[0]!r}; choose from all, {', '.join(list_figures())}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.profile not in PROFILES:
+        print(f"error: unknown profile {args.profile!r}; choose from {', '.join(PROFILES)}", file=sys.stderr)
+        return 2
+    failed = 0
+    for name in names:
+        start = time.perf_counter()
+        try:
+            paths = make(
+                name, args.profile, args.results_dir, args.data_root, not args.no_progress, args.verbose
+            )
+        except KeyboardInterrupt:
+            print(
+                f"\ninterrupted: finished runs are cached under {args.results_dir}/figures/runs; "
+                "run the same command again to go on",
+                file=sys.stderr,
+            )
+            return 130
+        except Exception as err:  # noqa: BLE001 - one line per failed figure; the others are still drawn
+            failed += 1
+            print(f"error: {name}: {type(err).__name__}: {err}", file=sys.stderr)
+            continue
+        print(
+            f"{name}: wrote {', '.join(map(str, paths))} ({time.perf_counter() - start:.0f} s)",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0

@@ -1,0 +1,378 @@
+"""The trainings the figures draw from, each trained once with the statistics recorder attached and
+cached under <results>/figures/runs/, shared by every figure that needs it.
+
+A run is a table cell's configuration (task, model, method and options, seed, profile, paper dataset:
+the same recipe) with a StatsRecorderHook (repro.hooks) added, which changes nothing in the training
+(tests/test_recorder.py), so its final top-1 is the cell's; a few are named variants of a cell (a lower
+learning rate for UI8 Figure 4b, a smaller batch for WAGEUBN Figure 8). The cached run is a folder
+written whole or not at all (kernels.atomic): result.json (the RunResult and how the run was made),
+records.json (the recorder's records and the curves) and samples.npz. The tables' own cache is not
+written: the recorder's work falls inside the timed training steps, so the run's ms/iter is not a cell's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+import kernels
+from kernels.atomic import write_folder
+from kernels.devices import describe, label
+from repro.recorder import load
+from tables.cells import normalize_options
+from tables.render import describe_dataset
+from tasks import classification
+
+SCHEMA = 1
+SMOKE_TIMES, SMOKE_EVALS = 3, 1
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One recorded training. `recorder`: StatsRecorderHook arguments (`times` recorded iterations spread
+    over the run; layers are module names of the classifier, whose network is its `net`); `evals`:
+    validations spread over the run besides the last; `lr_factor` / `batch_factor` scale the recipe's
+    learning rate / batch size."""
+
+    name: str
+    model: str
+    method: str
+    paper_dataset: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    recorder: Mapping[str, Any] = field(default_factory=lambda: {"times": 0})
+    evals: int = 0
+    lr_factor: float = 1.0
+    batch_factor: float = 1.0
+    seed: int = 0
+
+    def recipe(self, profile: str) -> dict[str, Any]:
+        return classification.recipe(self.model, profile, self.paper_dataset)
+
+    def cfg_options(self, profile: str) -> dict[str, Any]:
+        r = self.recipe(profile)
+        out: dict[str, Any] = {}
+        if self.lr_factor != 1.0:
+            out["optim_wrapper"] = {"optimizer": {"lr": r["lr"] * self.lr_factor}}
+        if self.batch_factor != 1.0:
+            out["train_dataloader"] = {"batch_size": batch_size(r["batch_size"], self.batch_factor)}
+        return out
+
+    def hook(self, profile: str) -> dict[str, Any]:
+        """The StatsRecorderHook config; the smoke profile (the tests) records at most SMOKE_TIMES
+        iterations and evaluates at most SMOKE_EVALS times besides the run's last validation."""
+        hook = {"type": "StatsRecorderHook", "eval_times": self.evals, **self.recorder}
+        if profile == "smoke":
+            hook["eval_times"] = min(hook["eval_times"], SMOKE_EVALS)
+            hook["times"] = min(hook.get("times", 0), SMOKE_TIMES)
+        return hook
+
+    def key(self, profile: str, data_root: str | None) -> str:
+        """A hash of what the run is (not of its name): two specs that train the same way share a run."""
+        config = {
+            "schema": SCHEMA,
+            "model": self.model,
+            "method": self.method,
+            "options": normalize_options(self.method, self.options),
+            "paper_dataset": self.paper_dataset,
+            "seed": self.seed,
+            "hook": self.hook(profile),
+            "cfg_options": self.cfg_options(profile),
+            "profile": profile,
+            "data_root": data_root,
+            "recipe_version": classification.RECIPE_VERSION,
+            "numerics": kernels.NUMERICS,
+        }
+        return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def batch_size(base: int, factor: float) -> int:
+    # at least 2: batch norm needs two values per channel where a feature map is 1x1
+    return max(2, round(base * factor))
+
+
+def _layers(*names: str) -> list[str]:
+    return [f"net.{n}" for n in names]
+
+
+def mobilenet_v2_conv(block: int, conv: int) -> str:
+    """torchvision's module name of UI8's "layer<block> conv<conv>" of MobileNetV2 (UI8 Table 1, Figure
+    3): blocks counted from 0, each conv1 (1x1 expansion), conv2 (3x3 depthwise), conv3 (1x1 projection);
+    torchvision's block 0 has no expansion (its conv1 is None)."""
+    if block == 0:
+        return {2: "features.1.conv.0.0", 3: "features.1.conv.1"}[conv]
+    return f"features.{block + 1}.conv." + {1: "0.0", 2: "1.0", 3: "2"}[conv]
+
+
+MOBILENET_DEPTHS = (0, 4, 8, 12, 16)  # UI8 Figure 3(c): conv3 of these blocks
+MOBILENET_BLOCK = 8  # UI8 Table 1's layer8, and Figure 3(a), (b), (d)
+MOBILENET_LAYERS = tuple(
+    dict.fromkeys(
+        [mobilenet_v2_conv(b, 3) for b in MOBILENET_DEPTHS]
+        + [mobilenet_v2_conv(MOBILENET_BLOCK, c) for c in (1, 2, 3)]
+    )
+)
+# ResNet-50's conv6, 21, 34 and 46 (DAIQ Figure 1), its Conv2d layers counted from 1 in module order
+RESNET50_FIGURE1 = {6: "layer1.1.conv1", 21: "layer2.2.conv3", 34: "layer3.2.conv3", 46: "layer4.0.conv3"}
+RESNET18_LAYER = "layer2.0.conv1"  # DAIQ Figure 3's "a convolution layer in ResNet-18"
+WAGEUBN_BLOCK = ("layer2.0.conv1", "layer2.0.bn1", "layer2.0.relu")  # WAGEUBN Figure 7
+_NO_CLIP = {"clip": False, "lr_scaling": False, "period": 1}  # UI8 Table 3's "No clipping" cell
+_SCALING = {"clip": False, "lr_scaling": True, "period": 1}  # UI8 Table 4's alpha=20, beta=0.1 cell
+_ALL_G = {"layers": None, "paths": ["G"], "times": 24, "sample_size": 256}
+_CURVES = 12  # validations over a run whose curves are drawn
+
+
+def _mobilenet(name: str, **kw: Any) -> RunSpec:
+    """MobileNetV2 on CIFAR-10 (its stand-in), as UI8's ablations (section 4.1) and Figures 2 to 6."""
+    return RunSpec(f"ui8-mobilenet-{name}", "mobilenet_v2", kw.pop("method", "ui8"), "cifar10", **kw)
+
+
+def _imagenet(name: str, model: str, method: str, **kw: Any) -> RunSpec:
+    return RunSpec(name, model, method, "imagenet", **kw)
+
+
+_MOBILENET_FP32 = {
+    "layers": _layers(*MOBILENET_LAYERS),
+    "paths": ["A", "W", "G"],
+    "times": 12,
+    "ks": ["G", "W"],
+    "clip_curve": True,
+}
+_RESNET50_SLICES = {
+    "layers": _layers(*RESNET50_FIGURE1.values()),
+    "paths": ["G"],
+    "times": 4,
+    "slices": 8,
+    "sample_size": 1024,
+}
+_RESNET18_ERRORS = {"layers": _layers(RESNET18_LAYER), "paths": ["G"], "times": 30, "dn": True}
+# WAGEUBN: every quantized conv (e_l3 for Figures 9 and 10) and one block's BN and ReLU (Figure 7)
+_WAGEUBN_ALL = {
+    "layers": _layers("layer*.conv*", "layer*.downsample.0", *WAGEUBN_BLOCK[1:]),
+    "paths": ["A", "W", "G", "GW", "BN", "E1"],
+    "times": 4,
+    "sample_size": 2048,
+    "compare": ["shift8", "flag8"],
+}
+_WAGEUBN_FIRST = {"layers": _layers("layer1.0.conv1"), "paths": ["G"], "times": 4, "sample_size": 2048}
+BATCH_FACTORS = (1.0, 0.5, 0.25, 0.125)  # WAGEUBN Figure 8: batch 128, 64, 32, 16 in the paper
+
+RUNS: dict[str, RunSpec] = {
+    spec.name: spec
+    for spec in (
+        _mobilenet("fp32", method="fp32", evals=_CURVES, recorder=_MOBILENET_FP32),
+        _mobilenet("noclip", options=_NO_CLIP, evals=_CURVES, recorder=_ALL_G),
+        _mobilenet("ui8", evals=_CURVES, recorder=_ALL_G),
+        _mobilenet("exponential", options=_SCALING, evals=_CURVES),
+        _mobilenet("linear", options={**_SCALING, "lr_form": "linear"}, evals=_CURVES),
+        _mobilenet("quadratic", options={**_SCALING, "lr_form": "quadratic"}, evals=_CURVES),
+        _mobilenet("noclip-lr0.1", options=_NO_CLIP, lr_factor=0.1, evals=_CURVES),
+        _mobilenet("noclip-lr0.5", options=_NO_CLIP, lr_factor=0.5, evals=_CURVES),
+        *(_imagenet(f"{m}-fp32", m, "fp32", evals=_CURVES) for m in ("resnet18", "resnet34", "resnet50")),
+        _imagenet("resnet50-ui8", "resnet50", "ui8", evals=_CURVES),
+        _imagenet("resnet50-daiq", "resnet50", "daiq", recorder=_RESNET50_SLICES),
+        *(
+            _imagenet(f"resnet18-{m}", "resnet18", m, recorder=_RESNET18_ERRORS)
+            for m in ("gq", "daiq-gvq", "daiq-mcs")
+        ),
+        _imagenet("resnet18-wageubn", "resnet18", "wageubn", evals=_CURVES, recorder=_WAGEUBN_ALL),
+        _imagenet(
+            "resnet18-wageubn-shift8",
+            "resnet18",
+            "wageubn",
+            options={"e2": "shift8"},
+            evals=_CURVES,
+            recorder=_WAGEUBN_FIRST,
+        ),
+        _imagenet("resnet18-wageubn-e2-16", "resnet18", "wageubn-e2-16", evals=_CURVES),
+        *(
+            _imagenet(f"{m}-{method}", m, method, evals=_CURVES)
+            for m in ("resnet34", "resnet50")
+            for method in ("wageubn", "wageubn-e2-16")
+        ),
+        *(
+            _imagenet(f"resnet18-{method}-batch{f:g}", "resnet18", method, batch_factor=f)
+            for method in ("fp32", "wageubn")
+            for f in BATCH_FACTORS[1:]
+        ),
+    )
+}
+
+
+@dataclass
+class RecordedRun:
+    """A finished run: its spec, profile, RunResult (as a dict), the recorder's records and samples, the
+    curves, and how it was made (device, data, elapsed time)."""
+
+    spec: RunSpec
+    profile: str
+    result: dict[str, Any]
+    meta: dict[str, Any]
+    records: list[dict[str, Any]]
+    samples: dict[str, np.ndarray]
+    curves: dict[str, Any]
+    config: dict[str, Any]
+
+    def find(self, path: str, layer: str | None = None, iteration: int | None = None, call: int = 0):
+        """The records of `path` (and `layer`, bare or with "net.", and `iteration`) in order."""
+        full = None if layer is None else layer if layer.startswith("net.") else f"net.{layer}"
+        return [
+            r
+            for r in self.records
+            if r["path"] == path
+            and (full is None or r["layer"] == full)
+            and (iteration is None or r["iteration"] == iteration)
+            and r.get("call", 0) == call
+        ]
+
+    def sample(self, record: dict[str, Any], side: str = "float") -> np.ndarray:
+        return self.samples[f"{record['sample']['key']}|{side}"]
+
+    @property
+    def iterations(self) -> list[int]:
+        return sorted({r["iteration"] for r in self.records})
+
+    @property
+    def data(self) -> str:
+        return describe_dataset(self.result["dataset"], self.spec.paper_dataset, self.profile)
+
+    @property
+    def diverged(self) -> bool:
+        return bool(self.result.get("diverged"))
+
+    def describe(self) -> str:
+        """One line: model, method (and options that differ from the defaults), data, profile."""
+        opts = ", ".join(f"{k}={v}" for k, v in self.spec.options.items())
+        extra = [f"lr x{self.spec.lr_factor:g}"] if self.spec.lr_factor != 1 else []
+        if self.spec.batch_factor != 1:
+            extra.append(f"batch {self.meta['batch_size']}")
+        what = ", ".join(x for x in (opts, *extra) if x)
+        return f"{self.spec.model} {self.spec.method}{f' ({what})' if what else ''}"
+
+
+def run_folder(root: Path, spec: RunSpec, profile: str, data_root: str | None) -> Path:
+    return root / f"{spec.model}-{spec.method}-{profile}-{spec.key(profile, data_root)}"
+
+
+def ensure(
+    names: Iterable[str],
+    profile: str,
+    results_dir: str | Path,
+    data_root: str | None = None,
+    progress: bool = True,
+    verbose: bool = False,
+) -> dict[str, RecordedRun]:
+    """The runs `names` at `profile`, training (one after another) those not cached yet."""
+    root = Path(results_dir) / "figures" / "runs"
+    names = list(dict.fromkeys(names))
+    unknown = [n for n in names if n not in RUNS]
+    if unknown:
+        raise ValueError(f"unknown figure run {unknown[0]!r}; known: {', '.join(RUNS)}")
+    folders = {n: run_folder(root, RUNS[n], profile, data_root) for n in names}
+    todo: dict[Path, str] = {}  # one training per folder: two names may train the same way
+    for n in names:
+        if not (folders[n] / "result.json").exists():
+            todo.setdefault(folders[n], n)
+    todo = list(todo.values())
+    bar = tqdm(
+        total=len(names),
+        initial=len(names) - len(todo),
+        desc="figure runs",
+        unit="run",
+        disable=not progress or not todo,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+    try:
+        for name in todo:
+            bar.set_postfix_str(name, refresh=True)
+            log = None if verbose else Path(results_dir) / "figures" / "logs" / f"{name}-{profile}.log"
+            train(RUNS[name], profile, run_folder(root, RUNS[name], profile, data_root), data_root, log)
+            bar.update(1)
+    finally:
+        bar.close()
+    return {n: read(root, RUNS[n], profile, data_root) for n in names}
+
+
+def train(spec: RunSpec, profile: str, folder: Path, data_root: str | None, log: Path | None) -> None:
+    """Train `spec` with the recorder attached and write its folder (atomically)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="repro-figure-run-") as work:
+        out = Path(work) / "stats"
+        hook = {**spec.hook(profile), "out": str(out)}
+        cfg_options = {**spec.cfg_options(profile), "default_hooks": {"stats": hook}}
+        with _logged(log):
+            result = classification.run(
+                spec.model,
+                spec.method,
+                profile=profile,
+                seed=spec.seed,
+                method_options=dict(spec.options),
+                paper_dataset=spec.paper_dataset,
+                data_root=data_root,
+                work_dir=str(Path(work) / "run"),
+                cfg_options=cfg_options,
+            )
+        recipe = spec.recipe(profile)
+        meta = {
+            "spec": asdict(spec),
+            "profile": profile,
+            "device": label(describe(torch.device("cpu"))),
+            "batch_size": batch_size(recipe["batch_size"], spec.batch_factor),
+            "lr": recipe["lr"] * spec.lr_factor,
+            "elapsed_s": round(time.perf_counter() - start, 1),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        body = {"result": result.to_dict(), "meta": meta}
+
+        def fill(tmp: Path) -> None:
+            for name in ("records.json", "samples.npz"):
+                shutil.copy(out / name, tmp / name)
+            (tmp / "result.json").write_text(json.dumps(body, indent=1, default=str))
+
+        if folder.exists() and not (folder / "result.json").exists():
+            shutil.rmtree(folder)  # a folder without its result is not ours to trust
+        write_folder(folder, fill)
+
+
+@contextlib.contextmanager
+def _logged(log: Path | None):
+    """A run's stdout and warnings go to `log` (the progress bar stays readable); None: the terminal."""
+    if log is None:
+        yield
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", buffering=1) as stream, contextlib.redirect_stdout(stream), warnings.catch_warnings():
+        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: stream.write(
+            warnings.formatwarning(message, category, filename, lineno, line)
+        )
+        yield
+
+
+def read(root: Path, spec: RunSpec, profile: str, data_root: str | None) -> RecordedRun:
+    folder = run_folder(root, spec, profile, data_root)
+    body = json.loads((folder / "result.json").read_text())
+    records, samples = load(folder)
+    return RecordedRun(
+        spec=spec,
+        profile=profile,
+        result=body["result"],
+        meta=body["meta"],
+        records=records["records"],
+        samples=samples,
+        curves=records["curves"],
+        config=records["config"],
+    )

@@ -1,0 +1,91 @@
+"""Every figure target (and UI8 Table 1) at the smoke profile: `repro figure all` trains the recorded runs
+once and writes each PNG and the CSV of its plotted data; the Makefile names every figure; a second call
+draws from the cached runs without training; bad names are usage errors."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+from repro import stats
+from tables.command import main
+from tables.figures.registry import list_figures
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("REPRO_DATA_CACHE", str(tmp_path_factory.getbasetemp() / "repro-data-cache"))
+    results = tmp_path_factory.mktemp("figures")
+    try:
+        rc = main(["figure", "all", "--profile", "smoke", "--results-dir", str(results), "--no-progress"])
+    finally:
+        mp.undo()
+    return rc, results
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("name", list_figures())
+def test_every_figure_writes_its_png_and_csv(drawn, name):
+    rc, results = drawn
+    assert rc == 0
+    png, table = results / "figures" / f"{name}.png", results / "figures" / f"{name}.csv"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    assert len(_rows(table)) > 0
+
+
+def test_ui8_table1_has_ks_statistics_and_the_papers_numbers(drawn):
+    _, results = drawn
+    rows = _rows(results / "figures" / "ui8-table1.csv")
+    assert [(r["layer"], r["data"]) for r in rows] == [
+        ("layer0 conv3", "g"),
+        ("layer0 conv3", "w"),
+        ("layer8 conv3", "g"),
+        ("layer8 conv3", "w"),
+    ]
+    for r in rows:
+        # the median over iterations of each sample's critical value; the samples' sizes differ a little
+        assert float(r["critical"]) == pytest.approx(stats.ks_critical(int(r["n"])), rel=0.02)
+        assert int(r["n"]) <= int(r["of"]) and 0 < float(r["student"]) < 1
+    assert rows[2]["paper_gaussian"] == "0.2061"
+    md = (results / "figures" / "ui8-table1.md").read_text()
+    assert "Profile: smoke" in md and "not the paper's scale" in md
+
+
+def test_curves_come_from_the_runs_logs(drawn):
+    """UI8 Figure 2's loss points are the training iterations of its runs, one per iteration."""
+    _, results = drawn
+    rows = [r for r in _rows(results / "figures" / "ui8-figure2.csv") if r["loss"]]
+    for run in ("FP32", "INT8 gradients, no clipping"):
+        its = [int(r["iteration"]) for r in rows if r["run"] == run]
+        assert its == list(range(len(its))) and len(its) > 1
+
+
+def test_a_second_call_draws_from_the_cached_runs(drawn, capsys):
+    _, results = drawn
+    runs = results / "figures" / "runs"
+    before = {p: p.stat().st_mtime_ns for p in runs.glob("*/result.json")}
+    assert main(["figure", "wageubn-figure10", "--profile", "smoke", "--results-dir", str(results)]) == 0
+    assert {p: p.stat().st_mtime_ns for p in runs.glob("*/result.json")} == before
+    assert "figure runs" not in capsys.readouterr().err  # no training, no progress bar
+
+
+def test_the_makefile_has_a_target_per_figure():
+    text = (ROOT / "Makefile").read_text()
+    block = re.search(r"^FIGURES := ((?:.*\\\n)*.*)$", text, re.M).group(1)
+    assert block.replace("\\", " ").split() == list_figures()
+
+
+def test_unknown_names_are_usage_errors(capsys):
+    assert main(["figure", "ui8-figure5", "--profile", "smoke"]) == 2
+    assert "unknown figure 'ui8-figure5'" in capsys.readouterr().err
+    assert main(["figure", "ui8-figure2", "--profile", "tiny"]) == 2
