@@ -9,6 +9,7 @@ not VOC numbers. The generated header names the data actually used.
 """
 
 from tables.spec import Spec, row_factory
+from tables.specs.ui8_detection_note import UI8_DETECTION
 
 R = row_factory("UI8", "Table 8", paper_dataset="voc", bits="8/8/8")
 
@@ -43,5 +44,6 @@ SPEC = Spec(
     notes=(
         "UI8 does not name the neck; MMDetection's default ResNet-50 Faster R-CNN (R-50-FPN) is run.",
         "UI8 prints no deltas; Δ is computed from its FP and INT8 numbers.",
+        UI8_DETECTION,
     ),
 )
