@@ -166,6 +166,18 @@ def compare(a: Estimate, b: Estimate, margin: float = 0.0) -> str:
     return "within"
 
 
+def _seeded_verdict(outcomes: list[str], measured: str, want: str, contrary: str) -> Verdict:
+    """The verdict from compare()'s outcomes: reproduced when every one is `want` ('above' / 'below'), not
+    reproduced (saying `contrary`) when one goes significantly the other way, else inconclusive."""
+    if outcomes and all(o == want for o in outcomes):
+        return Verdict(REPRODUCED, measured)
+    if any(o == ("below" if want == "above" else "above") for o in outcomes):
+        return Verdict(NOT_REPRODUCED, measured, contrary)
+    if "unknown" in outcomes:
+        return Verdict(INCONCLUSIVE, measured, "one seed: no estimate of the noise")
+    return Verdict(INCONCLUSIVE, measured, "differences within the seeds' spread")
+
+
 def row(frame: pd.DataFrame, **match) -> pd.Series:
     hit = frame
     for k, v in match.items():
@@ -227,13 +239,7 @@ def _daiq_ablations_beat_gq(ctx: Context) -> Verdict:
         parts.append(f"{name} {e.text()}")
     stand_in = row(frame, method="gq")["dataset"]
     measured = "top-1 " + ", ".join(parts) + f" (DAIQ Table 2 stand-in: {stand_in})"
-    if all(o == "above" for o in outcomes):
-        return Verdict(REPRODUCED, measured)
-    if any(o == "below" for o in outcomes):
-        return Verdict(NOT_REPRODUCED, measured, "a DAIQ variant is significantly below GQ")
-    if "unknown" in outcomes:
-        return Verdict(INCONCLUSIVE, measured, "one seed: no estimate of the noise")
-    return Verdict(INCONCLUSIVE, measured, "differences within the seeds' spread")
+    return _seeded_verdict(outcomes, measured, "above", "a DAIQ variant is significantly below GQ")
 
 
 def _flag_e2_worse_than_16_bit(ctx: Context) -> Verdict:
@@ -249,13 +255,7 @@ def _flag_e2_worse_than_16_bit(ctx: Context) -> Verdict:
         outcomes.append(compare(b, a))  # 16-bit E2 above full 8-bit?
         parts.append(f"{r8['model']}: full 8-bit {a.text()}, 16-bit E2 {b.text()}")
     measured = "; ".join(parts)
-    if outcomes and all(o == "above" for o in outcomes):
-        return Verdict(REPRODUCED, measured)
-    if any(o == "below" for o in outcomes):
-        return Verdict(NOT_REPRODUCED, measured, "full 8-bit E2 is significantly better somewhere")
-    if "unknown" in outcomes:
-        return Verdict(INCONCLUSIVE, measured, "one seed: no estimate of the noise")
-    return Verdict(INCONCLUSIVE, measured, "differences within the seeds' spread")
+    return _seeded_verdict(outcomes, measured, "above", "full 8-bit E2 is significantly better somewhere")
 
 
 def _e2_most_sensitive(ctx: Context) -> Verdict:
@@ -265,15 +265,8 @@ def _e2_most_sensitive(ctx: Context) -> Verdict:
     order = sorted(paths.items(), key=lambda kv: kv[1].mean if kv[1].mean is not None else math.inf)
     measured = f"top-1 with only E2 in 8 bits {e2.text()}; " + ", ".join(f"{k} {v.text()}" for k, v in order)
     outcomes = [compare(e2, other) for other in paths.values()]
-    if all(o == "below" for o in outcomes):
-        return Verdict(REPRODUCED, measured)
-    if any(o == "above" for o in outcomes):
-        return Verdict(
-            NOT_REPRODUCED, measured, "quantizing E2 alone costs significantly less than another path"
-        )
-    if "unknown" in outcomes:
-        return Verdict(INCONCLUSIVE, measured, "one seed: no estimate of the noise")
-    return Verdict(INCONCLUSIVE, measured, "differences within the seeds' spread")
+    contrary = "quantizing E2 alone costs significantly less than another path"
+    return _seeded_verdict(outcomes, measured, "below", contrary)
 
 
 def _int8_faster(baseline: str) -> Callable[[Context], Verdict]:
