@@ -226,6 +226,8 @@ def _period_costs_little(ctx: Context) -> Verdict:
         return Verdict(NOT_REPRODUCED, measured, "period 100 loses more than one point")
     if drop == "unknown":
         return Verdict(INCONCLUSIVE, measured, "one seed: no estimate of the accuracy's noise")
+    if drop == "within":  # not shown to lose less than a point either
+        return Verdict(INCONCLUSIVE, measured, "the seeds' spread is wider than the point the claim allows")
     return Verdict(REPRODUCED, measured)
 
 
@@ -313,6 +315,8 @@ def _close_to_fp32(ctx: Context) -> Verdict:
         return Verdict(NOT_REPRODUCED, measured, "some rows lose significantly more than one point")
     if "unknown" in outcomes:
         return Verdict(INCONCLUSIVE, measured, "single seeds (DAIQ Table 6) or missing spreads")
+    if "within" in outcomes:  # not shown to lose less than a point either
+        return Verdict(INCONCLUSIVE, measured, "a row's spread is wider than the point the claim allows")
     return Verdict(REPRODUCED, measured)
 
 

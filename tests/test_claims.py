@@ -154,3 +154,12 @@ def test_figure_claims_read_the_plotted_data():
     forms = [dict(run=f"{f} scaling", val_top1=v) for f, v in (("exponential", 80.0), ("linear", 70.0))]
     v = claims._exponential_form_best(context(ui8_figure6=forms))
     assert v.verdict == INCONCLUSIVE and "agrees" in v.reason
+
+
+def test_a_period_that_cannot_be_shown_to_lose_under_a_point_is_inconclusive():
+    speed = [dict(period=p, s_per_iter=t, device="cpu") for p, t in ((1, 10.0), (100, 2.0), (1000, 1.9))]
+    tight = [_row("Period 1", int8=60.0, std=0.2), _row("Period 100", int8=59.8, std=0.2)]
+    noisy = [_row("Period 1", int8=60.0, std=8.0), _row("Period 100", int8=60.5, std=4.0)]
+    assert claims._period_costs_little(context(ui8_table5=tight, ui8_table2=speed)).verdict == REPRODUCED
+    v = claims._period_costs_little(context(ui8_table5=noisy, ui8_table2=speed))
+    assert v.verdict == INCONCLUSIVE and "spread is wider" in v.reason
