@@ -79,19 +79,26 @@ def cosine_distance(g: torch.Tensor, c: float) -> float:
     return float(cosine_distance_tensor(g, c))
 
 
+def _log_grid_search(distance, low_ratio: float, grids, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The log ratio in [log low_ratio, 0] minimising distance(ratios) (one value per ratio), and that
+    distance: a grid, then each next grid spanning the best point's neighbours of the last."""
+    lo = torch.tensor(math.log(low_ratio), device=device)
+    hi = torch.zeros((), device=device)
+    best_log, best_d = hi, None
+    for k in grids:
+        logs = lo + (hi - lo) * torch.linspace(0.0, 1.0, k, device=device)
+        d = distance(logs.exp())
+        i = torch.argmin(d)
+        best_log, best_d = logs[i], d[i]
+        lo, hi = logs[(i - 1).clamp_min(0)], logs[(i + 1).clamp_max(k - 1)]
+    return best_log, best_d
+
+
 def search_clip_tensor(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The clip value c in [2^-10 max|g|, max|g|] minimising d_c, and that d_c, as tensors on g's device
     (a bounded 1-D search on log c, the equivalent METHODS.md accepts; no host synchronisation)."""
     u, top = _unit(g)
-    lo = torch.tensor(math.log(LOW_RATIO), device=u.device)
-    hi = torch.zeros((), device=u.device)
-    best_log, best_d = hi, None
-    for k in GRIDS:
-        logs = lo + (hi - lo) * torch.linspace(0.0, 1.0, k, device=u.device)
-        d = _unit_distances(u, logs.exp())
-        i = torch.argmin(d)
-        best_log, best_d = logs[i], d[i]
-        lo, hi = logs[(i - 1).clamp_min(0)], logs[(i + 1).clamp_max(k - 1)]
+    best_log, best_d = _log_grid_search(lambda ratios: _unit_distances(u, ratios), LOW_RATIO, GRIDS, u.device)
     c = top * best_log.exp()
     zero = top == 0
     return torch.where(zero, torch.zeros_like(c), c), torch.where(zero, torch.zeros_like(best_d), best_d)
@@ -112,12 +119,7 @@ WEIGHT_GRIDS = (12, 8)
 def lr_factor(d_c: float, alpha: float, beta: float, form: str = "exponential") -> float:
     """phi(d_c) = max(exp(-alpha d_c), beta), UI8 eq. 8, or the linear / quadratic form of Figure 6(b)
     (module doc); d_c >= 0, so phi <= 1."""
-    x = alpha * max(d_c, 0.0)
-    if form == "linear":
-        return max(1.0 / (1.0 + x), beta)
-    if form == "quadratic":
-        return max(1.0 / (1.0 + x + 0.5 * x * x), beta)
-    return max(math.exp(-x), beta)
+    return float(lr_factor_tensor(torch.tensor(float(d_c), dtype=torch.float64), alpha, beta, form))
 
 
 def lr_factor_tensor(d_c: torch.Tensor, alpha: float, beta: float, form: str = "exponential") -> torch.Tensor:
@@ -137,15 +139,12 @@ def low_bit_weight(w: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tens
     (module doc: the clip value minimising the cosine distance, then the least-squares scale)."""
     levels = 2 ** (bits - 1) - 1
     u, _ = _unit(w)
-    lo = torch.tensor(math.log(WEIGHT_LOW_RATIO), device=u.device)
-    hi = torch.zeros((), device=u.device)
-    best = hi
-    for k in WEIGHT_GRIDS:
-        logs = lo + (hi - lo) * torch.linspace(0.0, 1.0, k, device=u.device)
-        cos = torch.stack([_grid_cosine(u, r, levels) for r in logs.exp()])
-        i = torch.argmax(cos)
-        best = logs[i]
-        lo, hi = logs[(i - 1).clamp_min(0)], logs[(i + 1).clamp_max(k - 1)]
+    best, _ = _log_grid_search(
+        lambda ratios: torch.stack([-_grid_cosine(u, r, levels) for r in ratios]),
+        WEIGHT_LOW_RATIO,
+        WEIGHT_GRIDS,
+        u.device,
+    )
     codes = (u * (levels / best.exp())).clamp_(-levels, levels).round_()
     wf = w.detach().reshape(-1).float()
     energy = (codes * codes).sum()
