@@ -11,7 +11,7 @@ from tables.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Context, Est
 
 def _row(label, method="ui8", int8=90.0, std=0.5, n=2, status="ok", **extra):
     base = dict(label=label, method=method, int8=int8, int8_std=std, n_int8=n, fp32=None, fp32_std=None,
-                n_fp32=0, status=status, dataset="stand-in", options="", model="m")  # fmt: skip
+                n_fp32=0, status=status, dataset="stand-in", options="", model="m", bits="")  # fmt: skip
     return base | extra
 
 
@@ -106,13 +106,17 @@ def test_kept_results_are_read_and_a_missing_table_is_inconclusive(tmp_path):
     kept.mkdir()
     rows = [_row("Ours", method=m, int8=None, delta=d, delta_std=0.1, n_fp32=2) for m, d in
             (("daiq", -0.2), ("ui8", 0.1), ("dorefa", -60.0))]  # fmt: skip
-    pd.DataFrame(rows).to_csv(kept / "table4.csv", index=False)
-    pd.DataFrame(rows[:1]).to_csv(kept / "table6.csv", index=False)
+    for name in claims.CLOSE_TO_FP32_TABLES:
+        pd.DataFrame(rows).to_csv(kept / f"{name}.csv", index=False)
+    two_bit = _row("Ours (2-bit W)", int8=None, delta=-8.0, delta_std=0.1, n_fp32=2, bits="2/8/8", model="m2")
+    pd.DataFrame([*rows, two_bit]).to_csv(kept / "ui8-table7.csv", index=False)
     ctx = Context(profile="embedded", results_dir=tmp_path / "out", kept=kept)
     frame = claims.evaluate(ctx, [c for c in claims.CLAIMS if c.key in ("close-to-fp32", "ui8-clipping")])
     verdicts = dict(zip(frame["key"], frame["verdict"], strict=True))
-    # DoReFa's -60 is not DAIQ's or UI8's: it does not decide the claim
+    # DoReFa's -60 is not DAIQ's or UI8's, nor is 2-bit weights' -8 an 8-bit row: neither decides the claim
     assert verdicts == {"close-to-fp32": REPRODUCED, "ui8-clipping": INCONCLUSIVE}
+    # a cell shared by several tables (DAIQ Table 3 and UI8 Table 6) is counted once
+    assert frame.set_index("key").loc["close-to-fp32", "measurement"].count("m Ours -0.20") == 1
     reason = frame.set_index("key").loc["ui8-clipping", "reason"]
     assert "ui8-table3 is not among the kept results" in reason
     assert claims.main(["--kept", str(tmp_path / "nowhere")]) == 2
