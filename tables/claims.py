@@ -307,16 +307,22 @@ def _close_to_fp32(ctx: Context) -> Verdict:
         frame = ctx.table(name)
         ours = frame["status"].astype(str).str.startswith("ok") & frame["method"].isin(["daiq", "ui8"])
         ours &= ~frame["bits"].fillna("").astype(str).str.startswith("2/")  # the claim is about 8-bit weights
+        several_datasets = frame[ours]["dataset"].nunique() > 1
+        rows = []
         for _, r in frame[ours].iterrows():
-            cell = (r["model"], r["method"], str(r["options"]), r["dataset"])
+            cell = (r["model"], r["method"], str(r["options"]), r["dataset"], str(r["int8"]), str(r["fp32"]))
             if cell in seen:  # DAIQ Table 3 and UI8 Table 6 share their UI8 cells: count each once
                 continue
             seen.add(cell)
             delta = Estimate(_num(r["delta"]), _num(r["delta_std"]), int(min(r["n_int8"], r["n_fp32"])))
             o = compare(delta, Estimate(0.0, 0.0, 2), margin=-1.0)  # 'below': more than 1 point lost
             outcomes.append(o)
-            parts.append(f"{r['model']} {r['label']} {delta.mean:+.2f}" if delta.mean is not None else "")
-    measured = "INT8 - FP32 top-1: " + "; ".join(p for p in parts if p)
+            if delta.mean is not None:  # method, not label: "Ours" is DAIQ or UI8 by paper
+                where = f" ({r['dataset']})" if several_datasets else ""
+                rows.append(f"{r['model']} {r['method']}{where} {delta.mean:+.2f}")
+        if rows:
+            parts.append(f"{name}: " + ", ".join(rows))
+    measured = "INT8 - FP32 top-1: " + "; ".join(parts)
     if not outcomes:
         return Verdict(INCONCLUSIVE, measured, "no row finished")
     if any(o == "below" for o in outcomes):

@@ -116,7 +116,7 @@ def test_kept_results_are_read_and_a_missing_table_is_inconclusive(tmp_path):
     # DoReFa's -60 is not DAIQ's or UI8's, nor is 2-bit weights' -8 an 8-bit row: neither decides the claim
     assert verdicts == {"close-to-fp32": REPRODUCED, "ui8-clipping": INCONCLUSIVE}
     # a cell shared by several tables (DAIQ Table 3 and UI8 Table 6) is counted once
-    assert frame.set_index("key").loc["close-to-fp32", "measurement"].count("m Ours -0.20") == 1
+    assert frame.set_index("key").loc["close-to-fp32", "measurement"].count("m daiq -0.20") == 1
     reason = frame.set_index("key").loc["ui8-clipping", "reason"]
     assert "ui8-table3 is not among the kept results" in reason
     assert claims.main(["--kept", str(tmp_path / "nowhere")]) == 2
