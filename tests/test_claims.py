@@ -73,12 +73,17 @@ def test_speed_claims_read_the_paired_ratios():
         dict(base, method="daiq", precision="INT8", iteration_vs_fp16=0.05, iteration_vs_fp32=0.85),
         dict(base, method="bf16", precision="FP16", iteration_vs_fp16=1.0, iteration_vs_fp32=17.5),
     ]
-    ctx = context(table7=rows)
+    ui8 = [dict(base, method="ui8", precision="INT8", iteration_vs_fp16=None, iteration_vs_fp32=0.8,
+                paper_iteration_vs_fp32=0.81)]  # fmt: skip
+    ctx = context(table7=rows, ui8_table10=ui8)
     assert claims._int8_faster("FP32")(ctx).verdict == REPRODUCED
+    assert "UI8 Table 10" in claims._int8_faster("FP32")(ctx).measurement
     v = claims._int8_faster("FP16")(ctx)
     assert v.verdict == INCONCLUSIVE and "emulated" in v.reason
     rows[0]["iteration_vs_fp32"] = 1.3
-    assert claims._int8_faster("FP32")(context(table7=rows)).verdict == NOT_REPRODUCED
+    assert claims._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
+    rows[0]["iteration_vs_fp32"], ui8[0]["iteration_vs_fp32"] = 0.85, 1.2  # UI8 alone slower: not reproduced
+    assert claims._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
 
 
 def test_report_files_and_a_claim_that_cannot_be_measured(tmp_path):
