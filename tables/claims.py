@@ -606,7 +606,8 @@ def markdown(frame: pd.DataFrame, ctx: Context) -> str:
     lines += [
         "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')} by `make claims PROFILE={ctx.profile}"
-        + (f" KEPT={ctx.kept}`." if ctx.kept else "`."),
+        + (f" KEPT={ctx.kept}" if ctx.kept else "")
+        + (f" RESULTS={ctx.results_dir}`." if ctx.results_dir != Path("results") else "`."),
     ]
     return "\n".join(lines) + "\n"
 
