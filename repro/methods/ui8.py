@@ -88,9 +88,13 @@ def _log_grid_search(distance, low_ratio: float, grids, device) -> tuple[torch.T
     for k in grids:
         logs = lo + (hi - lo) * torch.linspace(0.0, 1.0, k, device=device)
         d = distance(logs.exp())
-        i = torch.argmin(d)
-        best_log, best_d = logs[i], d[i]
-        lo, hi = logs[(i - 1).clamp_min(0)], logs[(i + 1).clamp_max(k - 1)]
+        i = torch.argmin(d).reshape(1)
+        # index_select, not logs[i]: indexing with a tensor reads it on the host (a synchronisation)
+        best_log, best_d = logs.index_select(0, i)[0], d.index_select(0, i)[0]
+        lo, hi = (
+            logs.index_select(0, (i - 1).clamp_min(0))[0],
+            logs.index_select(0, (i + 1).clamp_max(k - 1))[0],
+        )
     return best_log, best_d
 
 
