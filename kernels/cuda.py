@@ -4,7 +4,7 @@ Implements the backend interface (kernels.backend): the quantizer (kernels.cuda_
 statistics, nearest and stochastic codes with the CPU backend's Philox stream, the dequantizing epilogue;
 no host synchronisation, a NaN or Inf sets the device flag of kernels.errors) and exact int8 products
 (int8 operands on a CUDA device in, int32 out).
-torch tensors reach the kernels zero-copy through DLPack and the kernels run on torch's current stream.
+torch tensors reach the kernels as device pointers and the kernels run on torch's current stream.
 
 Every kernel is compiled in CI for sm_75/sm_80/sm_90 (``tests/test_cuda_compile.py``, no GPU needed), and
 the kernel sources are executed on the CPU by a small C++ harness that stands in for the CUDA runtime
@@ -219,26 +219,35 @@ def _function(module: str, kernel: str, device_index: int):
 def _launch(module: str, kernel: str, grid, block, args) -> None:
     """Run a kernel on torch's current stream of the device of the tensors in ``args``.
 
-    ``args``: torch tensors (passed as device pointers through DLPack), None (a null pointer) and
-    numpy scalars (passed by value with their exact C type). The one seam the CPU harness replaces.
+    ``args``: torch tensors (passed as their device pointers), None (a null pointer) and numpy scalars
+    (passed by value with their exact C type). The one seam the CPU harness replaces.
     """
     import cupy
 
     device = next(a.device for a in args if isinstance(a, torch.Tensor))
     fn = _function(module, kernel, device.index)
-    # torch's current stream (through the CUDA stream protocol); inside it the DLPack exchanges need
-    # no synchronisation between streams
-    stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(device))
-    with cupy.cuda.Device(device.index), stream:
-        converted = []
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                converted.append(cupy.from_dlpack(a.detach()) if a.numel() else np.uint64(a.data_ptr()))
-            elif a is None:
-                converted.append(np.uint64(0))  # a null pointer
-            else:
-                converted.append(a)
-        fn(tuple(int(v) for v in grid), tuple(int(v) for v in block), tuple(converted))
+    # A pointer is 8 bytes by value, as np.uint64: no DLPack exchange and no CuPy array per tensor (a
+    # step launches hundreds of kernels, and the host must keep ahead of the GPU). Tensors stay alive
+    # through the call; torch's caching allocator reuses their memory only in the order of this stream.
+    converted = tuple(
+        np.uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else np.uint64(0) if a is None else a
+        for a in args
+    )
+    with cupy.cuda.Device(device.index), _cupy_stream(torch.cuda.current_stream(device)):
+        fn(tuple(int(v) for v in grid), tuple(int(v) for v in block), converted)
+
+
+_STREAMS: dict[tuple[int, int], object] = {}
+
+
+def _cupy_stream(stream: torch.cuda.Stream):
+    """CuPy's handle of torch's stream, made once per stream."""
+    import cupy
+
+    key = (stream.device_index, stream.cuda_stream)
+    if key not in _STREAMS:  # through the CUDA stream protocol; the handle keeps torch's stream alive
+        _STREAMS[key] = cupy.cuda.Stream.from_external(stream)
+    return _STREAMS[key]
 
 
 def _gemm_module(device: torch.device) -> str:

@@ -135,6 +135,40 @@ def test_launch_geometry():
     assert dw.chunk(1) == 1  # images x groups stay within one launch's gridDim.z
 
 
+def test_launch_passes_pointers_on_torch_stream(monkeypatch):
+    """_launch (the seam the harness replaces, so never run here otherwise): tensors go as their device
+    pointers, None as a null pointer, scalars as they are, on CuPy's handle of torch's current stream,
+    made once per stream (CuPy's launch and device are stood in for)."""
+    import contextlib
+
+    import cupy
+
+    calls, made = [], []
+
+    class Stream:
+        def __init__(self, s):
+            made.append(s.cuda_stream)
+
+        __enter__ = lambda self: self  # noqa: E731
+        __exit__ = lambda self, *a: None  # noqa: E731
+
+    class TorchStream:
+        device_index, cuda_stream = 0, 1234
+
+    monkeypatch.setattr(cuda, "_function", lambda module, kernel, index: lambda *a: calls.append(a))
+    monkeypatch.setattr(cupy.cuda, "Device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(cupy.cuda.Stream, "from_external", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: TorchStream())
+    monkeypatch.setattr(cuda, "_STREAMS", {})
+    x = torch.arange(6, dtype=torch.float32)
+    for _ in range(2):
+        cuda._launch("quantize", "dequantize", (3, 1, 1), (256, 1, 1), (x, None, np.int32(7), x[2:]))
+    grid, block, args = calls[-1]
+    assert grid == (3, 1, 1) and block == (256, 1, 1) and len(calls) == 2 and made == [1234]
+    assert [type(a) for a in args] == [np.uint64, np.uint64, np.int32, np.uint64]
+    assert args[0] == x.data_ptr() and args[1] == 0 and args[2] == 7 and args[3] == x.data_ptr() + 8
+
+
 def test_rejects_bad_arguments_without_gpu():
     x = torch.zeros((1, 4, 5, 5), dtype=torch.int8)
     w = torch.zeros((8, 4, 3, 3), dtype=torch.int8)
@@ -463,9 +497,17 @@ def test_harness_nonfinite_sets_the_device_flag(on_cpu_quant):
             with pytest.raises(quant.NonFiniteError):
                 errors.raise_if_nonfinite()
             errors.raise_if_nonfinite()  # read and cleared
-    cuda.quantize(torch.ones(3), float("nan"))
-    with pytest.raises(quant.NonFiniteError):
-        errors.raise_if_nonfinite()
+    # a non-finite scale, per tensor or in one channel, and on an empty tensor (no kernel runs)
+    for x, s, axis in (
+        (torch.ones(3), float("nan"), None),
+        (torch.ones(4, 3), torch.tensor([1.0, float("inf"), 2.0]), 1),
+        (torch.ones(0, 3), torch.tensor([1.0, 1.0, float("nan")]), 1),
+    ):
+        cuda.quantize(x, s, axis)
+        with pytest.raises(quant.NonFiniteError):
+            errors.raise_if_nonfinite()
+    cuda.quantize(torch.ones(4, 3), torch.tensor([1.0, 0.0, 2.0]), 1)
+    errors.raise_if_nonfinite()  # a zero scale is finite
 
 
 def test_group_plan_walks_memory_order():

@@ -142,7 +142,7 @@ extern "C" __global__ void channel_stats(const void* __restrict__ x, int dt, lon
 // order of the groups so that a warp reads consecutive addresses: the host passes the dimensions sorted
 // innermost first (perm), each with its size (the last dimension counted in groups of 4), stride and row
 // coefficient (r = sum of index_d * rowc_d over d but the last). scale: one value, or one per channel
-// along `axis` (per_channel); thresh (nullable): counts[c] += |x| > thresh[c] along `axis` (-1: one count).
+// along `axis` (per_channel), a non-finite one sets *flag as a non-finite x does; thresh (nullable): counts[c] += |x| > thresh[c] along `axis` (-1: one count).
 extern "C" __global__ void quantize_groups(const void* __restrict__ x, int dt, signed char* __restrict__ q,
                                            int ndim, long long groups, long long L, long long stride_last,
                                            int last_pos, long long size0, long long size1, long long size2,
@@ -185,8 +185,9 @@ extern "C" __global__ void quantize_groups(const void* __restrict__ x, int dt, s
             const long long off = base + j * stride_last;
             const long long c = axis_pos == last_pos ? j : chan;
             const float a = load_elem(x, off, dt);
-            if (nonfinite(a)) bad = 1;
-            const float inv = inv_scale(per_channel ? scale[c] : scale[0]);
+            const float sc = per_channel ? scale[c] : scale[0];
+            if (nonfinite(a) || nonfinite(sc)) bad = 1;  // every scale is read when x is not empty
+            const float inv = inv_scale(sc);
             q[off] = stochastic ? code_stochastic(a, inv, (float)(words[w] >> 8) * 5.9604644775390625e-08f)
                                 : code_nearest(a, inv);
             if (thresh != 0 && fabsf(a) > thresh[c]) {
