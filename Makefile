@@ -43,6 +43,13 @@ bench:
 fig4:
 	$(BIN)/python -m tables.figures.daiq_figure4 $(RESULTS)/kernel_bench.json --out $(RESULTS)
 
+# What a ResNet-50 training step asks of a GPU, counted without one (a dry run of the CUDA backend on the
+# meta device): device ops, kernel launches, host reads, estimated peak memory. AUDIT_ARGS=--half: float16.
+AUDIT_ARGS ?=
+.PHONY: step-audit
+step-audit:
+	$(BIN)/python -m repro.step_audit fp32 daiq ui8 gq $(AUDIT_ARGS)
+
 lint:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

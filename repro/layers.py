@@ -41,8 +41,9 @@ def _memory_format(x: torch.Tensor) -> torch.memory_format:
 
 def _out_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype torch's own op would return: the autocast dtype inside torch.autocast, else x's."""
-    if torch.is_autocast_enabled(x.device.type):
-        return torch.get_autocast_dtype(x.device.type)
+    kind = x.device.type
+    if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
     return x.dtype
 
 

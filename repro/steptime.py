@@ -118,7 +118,8 @@ class _Runner:
         _sync(self.device)
         t0 = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(self.device.type, dtype=self.amp, enabled=self.amp is not None):
+        # no autocast context at all without amp: torch.autocast rejects devices it has no policy for (meta)
+        with torch.autocast(self.device.type, dtype=self.amp) if self.amp else contextlib.nullcontext():
             loss = F.cross_entropy(self.model(x), y)
         _sync(self.device)
         t1 = time.perf_counter()
