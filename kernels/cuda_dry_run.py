@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import torch
 
 import kernels
-from kernels import cuda
+from kernels import cuda, errors
 
 DRY_RUN_ARCH = 90
 
@@ -49,6 +49,8 @@ def dry_run(arch: int = DRY_RUN_ARCH) -> Iterator[collections.Counter]:
         yield launches
     finally:
         kernels.get_backend = get_backend
+        # the meta device's non-finite flag goes too: raise_if_nonfinite reads every device's flag
+        errors._FLAGS.pop(torch.device("meta"), None)
         optim._get_foreach_kernels_supported_devices = optimizer_devices
         for name, fn in saved.items():
             setattr(cuda, name, fn)

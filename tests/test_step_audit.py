@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 import kernels
-from kernels import cuda, cuda_dry_run
+from kernels import cuda, cuda_dry_run, errors
 from repro import step_audit, steptime
 from repro.methods import daiq
 
@@ -84,6 +84,8 @@ def test_dry_run_restores_the_backend():
         cuda.quantize(torch.empty(8, 4, device="meta"), 1.0)
         assert launches == {"quantize_groups": 1}
     assert cuda._launch is launch and kernels.get_backend is get_backend
+    assert torch.device("meta") not in errors._FLAGS  # a later training would read it
+    errors.raise_if_nonfinite()
 
 
 def test_cli_reports_and_rejects(capsys):
