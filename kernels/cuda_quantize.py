@@ -57,9 +57,12 @@ def _stats(x: torch.Tensor, axis: int | None, moments: bool):
     xd, dt = _operand(x)
     outer, c, inner = _split(xd, axis)
     channels = 1 if axis is None else xd.shape[axis]
-    bits = torch.zeros(channels, dtype=torch.int32, device=x.device)
-    s1 = torch.zeros(channels, dtype=torch.float64, device=x.device) if moments else None
-    s2 = torch.zeros(channels, dtype=torch.float64, device=x.device) if moments else None
+    if moments:  # one zeroed buffer for the two sums and the max bits (one launch instead of three)
+        sums = torch.zeros(5 * channels, dtype=torch.int32, device=x.device)
+        s1, s2 = sums[: 4 * channels].view(torch.float64).view(2, channels).unbind()
+        bits = sums[4 * channels :]
+    else:
+        bits, s1, s2 = torch.zeros(channels, dtype=torch.int32, device=x.device), None, None
     flag = device_flag(x.device)
     if xd.numel() and c == 1 and not moments:
         grid = (min(_cuda.grid_1d(xd.numel()), 1024), 1, 1)
