@@ -8,7 +8,7 @@ are real, nothing is computed. Counted per step:
   each is one kernel launch or more (a convolution's backward is two);
 * backend launches: the NVRTC kernels kernels.cuda launches (quantize, im2col, ...), by name;
 * host reads: every op that makes the host wait for the device (.item(), bool(), nonzero, a copy to the
-  host), with the line that asked, in both steps; a read gives 0 here so that the step goes on. The one
+  host), with the line that asked, in both steps; a read gives zeros here so that the step goes on. The one
   read a step is allowed is the non-finite flag's, once per iteration (kernels.errors.raise_if_nonfinite);
 * peak memory: the most bytes of device storage live at once during the step, above what was live
   before it (parameters, optimizer state, the batch), as torch's allocator would count it without its
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from kernels.cuda_dry_run import DRY_RUN_ARCH, dry_run
 from repro import steptime
@@ -78,12 +79,15 @@ class StepAudit:
         return [r for r in self.reads if not r.allowed]
 
 
-def _tensors(tree):
-    for x in tree if isinstance(tree, (list, tuple)) else (tree,):
-        if isinstance(x, torch.Tensor):
-            yield x
-        elif isinstance(x, (list, tuple)):
-            yield from _tensors(x)
+def _tensors(tree) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def _to_host(name: str, args, kwargs) -> bool:
+    """A copy from the device to the host (a host-to-device copy does not wait for the device)."""
+    if name == "_to_copy":
+        return args[0].device == DEVICE and kwargs.get("device") not in (None, DEVICE)
+    return name == "copy_" and args[0].device != DEVICE and args[1].device == DEVICE
 
 
 def _caller() -> str:
@@ -127,16 +131,21 @@ class _Counting(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
-        inputs = list(_tensors(list(args) + list(kwargs.values())))
+        inputs = _tensors((args, kwargs))
         on_device = any(t.device == DEVICE for t in inputs) or kwargs.get("device") == DEVICE
-        # a copy between the device and the host: a tensor on each side, or _to_copy(device=elsewhere)
-        crossing = any(t.device != DEVICE for t in inputs) or kwargs.get("device") not in (None, DEVICE)
-        if on_device and (name in HOST_READS or name in ("_to_copy", "copy_") and crossing):
+        to_host = on_device and _to_host(name, args, kwargs)
+        if on_device and name in HOST_READS or to_host:
             self.audit.reads.append(HostRead(name, _caller()))
+            # meta tensors hold no data: the host gets zeros, so that the step goes on
             if name == "_local_scalar_dense":
                 return 0 if not inputs[0].is_floating_point() else 0.0
+            if name == "copy_":
+                return args[0]
+            if name == "_to_copy":
+                dtype = kwargs.get("dtype") or args[0].dtype
+                return torch.zeros(args[0].shape, dtype=dtype, device=kwargs["device"])
         out = func(*args, **kwargs)
-        outputs = list(_tensors(out))
+        outputs = _tensors(out)
         if (on_device or any(t.device == DEVICE for t in outputs)) and name not in NO_LAUNCH:
             if func.namespace == "aten":
                 self.audit.ops[name] += 1

@@ -77,6 +77,18 @@ def test_memory_estimate_counts_what_a_step_keeps():
     assert (memory.peak, memory.live) == (8000, 0)
 
 
+def test_copies_to_the_host_are_reads_copies_to_the_device_are_not():
+    audit = step_audit.StepAudit()
+    with step_audit._Counting(audit, step_audit._Memory()):
+        x = torch.ones(3).to("meta")  # host to device: no wait
+        x.copy_(torch.ones(3))
+        host = x.to("cpu")  # device to host: waits (zeros here)
+        torch.empty(3).copy_(x)
+        bool(x.sum() > 0)
+    assert [r.op for r in audit.reads] == ["_to_copy", "copy_", "_local_scalar_dense"]
+    assert torch.equal(host, torch.zeros(3)) and not any(r.allowed for r in audit.reads)
+
+
 def test_dry_run_restores_the_backend():
     launch, get_backend = cuda._launch, kernels.get_backend
     with cuda_dry_run.dry_run() as launches:

@@ -142,7 +142,8 @@ extern "C" __global__ void channel_stats(const void* __restrict__ x, int dt, lon
 // order of the groups so that a warp reads consecutive addresses: the host passes the dimensions sorted
 // innermost first (perm), each with its size (the last dimension counted in groups of 4), stride and row
 // coefficient (r = sum of index_d * rowc_d over d but the last). scale: one value, or one per channel
-// along `axis` (per_channel), a non-finite one sets *flag as a non-finite x does; thresh (nullable): counts[c] += |x| > thresh[c] along `axis` (-1: one count).
+// along `axis` (per_channel); a non-finite scale sets *flag as a non-finite x does. thresh (nullable):
+// counts[c] += |x| > thresh[c] along `axis` (-1: one count).
 extern "C" __global__ void quantize_groups(const void* __restrict__ x, int dt, signed char* __restrict__ q,
                                            int ndim, long long groups, long long L, long long stride_last,
                                            int last_pos, long long size0, long long size1, long long size2,
