@@ -96,6 +96,15 @@ def _rank() -> int:
 
 
 def cmd_train(args) -> int:
+    from tasks.distributed import close_process_group
+
+    try:
+        return _train(args)
+    finally:
+        close_process_group()
+
+
+def _train(args) -> int:
     from tasks.bad_data import BadDataError, one_line_error
     from tasks.datasets import DatasetNotFoundError
     from tasks.out_of_memory import RunFailed

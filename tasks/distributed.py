@@ -4,6 +4,7 @@
     stop = RankStop.begin()          # once per run, on every rank
     stop.announce("diverged", msg)   # this rank ends the run: tell the others, close the group
     stop.peer()                      # {"kind", "rank", "message"} of a rank that ended it, or None
+    close_process_group()            # as the command returns, on every rank
 
 A rank that ends a run early (diverged, out of memory, any error) writes why into the rendezvous store
 and closes its process group, so that a rank blocked in a collective with it (DDP's gradient
@@ -45,6 +46,14 @@ def init_cpu_process_group(cfg: Config) -> None:
     timeout = dist_cfg.get("timeout")
     extra = {} if timeout is None else {"timeout": datetime.timedelta(seconds=float(timeout))}
     dist.init_process_group(backend="gloo" if backend == "nccl" else backend, **extra)
+
+
+def close_process_group() -> None:
+    """Destroy the default process group, if any, before the interpreter exits: left to finalization,
+    gloo's worker threads may still hold work whose tensors then need the GIL, and the process aborts
+    ("terminate called without an active exception", SIGABRT) after a run that succeeded."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def is_peer_failure(err: BaseException) -> bool:

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -151,3 +152,32 @@ def test_a_two_rank_run_killed_mid_epoch_resumes_as_the_uninterrupted_one(tmp_pa
     layer = next(iter(ranks[0][0]))
     assert not torch.equal(ranks[0][0][layer]["scale"], ranks[0][1][layer]["scale"])  # the ranks' own
     assert all(torch.equal(ranks[0][r][layer]["scale"], ranks[1][r][layer]["scale"]) for r in (0, 1))
+
+
+@pytest.mark.parametrize("ends", ["result", "run failed", "error"])
+def test_the_train_command_destroys_its_process_group_however_it_ends(monkeypatch, tmp_path, capsys, ends):
+    """A group left to the interpreter's exit aborted a finished gloo rank now and then (SIGABRT,
+    "terminate called without an active exception", once in make test): `repro train` destroys it."""
+    import torch.distributed as dist
+
+    from tables.command import main
+    from tasks import classification
+    from tasks.out_of_memory import RunFailed
+
+    def run(*args, **kw):
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+        if ends == "run failed":
+            raise RunFailed("out of memory")
+        if ends == "error":
+            raise RuntimeError("a bug")
+        return SimpleNamespace(to_dict=lambda: {"top1": 50.0})
+
+    monkeypatch.setattr(classification, "run", run)
+    argv = ["train", "--model", "resnet20", "--method", "daiq", "--profile", "smoke", "--json"]
+    try:
+        code = main(argv)
+    except RuntimeError:
+        code = None
+    assert not dist.is_initialized()
+    assert code == {"result": 0, "run failed": 1, "error": None}[ends]
+    assert ('{"top1": 50.0}' in capsys.readouterr().out) == (ends == "result")
