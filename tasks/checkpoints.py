@@ -182,8 +182,10 @@ class ResumableCheckpointHook(CheckpointHook):
             self._remove(runner.message_hub.get_info(MID_EPOCH_INFO))
             runner.message_hub.update_info(MID_EPOCH_INFO, None)
 
-    @staticmethod
-    def _remove(path: str | None) -> None:
+    def _remove(self, path: str | None) -> None:
+        # the path a resumed checkpoint holds names the folder it was written in, which may since have
+        # been copied or moved: only this run's own folder is cleaned
+        path = path and os.path.join(self.out_dir, os.path.basename(path))
         if path and is_main_process() and os.path.isfile(path):
             os.remove(path)
 

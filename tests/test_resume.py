@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,6 +74,10 @@ def test_a_sigkilled_run_resumes_and_ends_as_the_uninterrupted_one(tmp_path):
     assert second.returncode == -signal.SIGKILL
     assert f"resuming from {work / 'epoch_1.pth'} (after 3 iterations, 1 epochs done)" in second.stderr
     assert sorted(p.name for p in work.glob("*.pth")) == ["epoch_1.pth", "iter_4.pth"]
+    copy = tmp_path / "copied"  # the work dir copied elsewhere and resumed there first
+    shutil.copytree(work, copy)
+    assert _result(_repro(copy))["resumed_from"] == str(copy / "iter_4.pth")
+    assert not list(copy.glob("iter_*.pth")) and (work / "iter_4.pth").exists()  # each cleans its own
     resumed = _result(_repro(work))
 
     assert resumed["resumed_from"] == str(work / "iter_4.pth") and whole["resumed_from"] is None
