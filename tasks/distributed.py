@@ -18,6 +18,7 @@ collective reports; a rank that hangs is given up after the process group's time
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import re
 from dataclasses import dataclass
@@ -49,10 +50,13 @@ def init_cpu_process_group(cfg: Config) -> None:
 
 
 def close_process_group() -> None:
-    """Destroy the default process group, if any, before the interpreter exits: left to finalization,
-    gloo's worker threads may still hold work whose tensors then need the GIL, and the process aborts
-    ("terminate called without an active exception", SIGABRT) after a run that succeeded."""
+    """Destroy the default process group, if any, and with it gloo's worker threads, before the
+    interpreter exits. A worker left running into finalization may drop a finished collective's tensors
+    there, which needs the GIL: the process aborts ("terminate called without an active exception")
+    after a run that succeeded. The finished run's DDP wrapper still holds the group, through reference
+    cycles only the collector breaks; destroying the group alone leaves its threads running."""
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 
