@@ -50,13 +50,13 @@ def init_cpu_process_group(cfg: Config) -> None:
 
 
 def close_process_group() -> None:
-    """Destroy the default process group, if any, and with it gloo's worker threads, before the
-    interpreter exits. A worker left running into finalization may drop a finished collective's tensors
-    there, which needs the GIL: the process aborts ("terminate called without an active exception")
-    after a run that succeeded. The finished run's DDP wrapper still holds the group, through reference
-    cycles only the collector breaks; destroying the group alone leaves its threads running."""
+    """End the process group's worker threads before the interpreter exits. A gloo worker left running
+    into finalization may drop a finished collective's tensors there, which needs the GIL: the process
+    aborts ("terminate called without an active exception") after a run that succeeded. The finished
+    run's DDP wrapper still holds the group through reference cycles only the collector breaks, also
+    when RankStop.announce destroyed the group already: destroying it alone leaves the threads running."""
+    gc.collect()
     if dist.is_available() and dist.is_initialized():
-        gc.collect()
         dist.destroy_process_group()
 
 
