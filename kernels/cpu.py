@@ -9,11 +9,21 @@ Which torch ops run (timings: ``python -m kernels.bench``):
 * Convolutions go to oneDNN's int8 convolution, ``torch.ops.onednn.qconv_pointwise`` with the weight
   prepacked by ``torch.ops.onednn.qconv_prepack``: the input shifted to uint8 with zero point 128
   (v + 128, a sign-bit flip), the int8 weight, unit scales, fp32 output. oneDNN accumulates in int32
-  (zero-point compensation included, padded borders too) and converts to fp32 at the end, which is
-  exact while |acc| < 2^24. The a-priori bound 128 * max_oc ||w_oc||_1 usually proves that; when it
-  does not, the output is scanned (``torch.aminmax``) and a batch chunk with any |value| >= 2^24 is
-  recomputed exactly by im2col + ``torch._int_mm``. oneDNN runs on batch chunks of <= 8 MB of fp32
-  output (cache-sized, and below glibc's mmap threshold, where fresh pages cost page faults).
+  (zero-point compensation included, padded borders too) and converts to fp32, exact while every sum
+  it converts is below 2^24. Two guards make that hold, chosen per CPU (``conv_route``):
+  - scan (VNNI without AMX): oneDNN converts the compensated int32 sum at the end. The a-priori bound
+    128 * max_oc ||w_oc||_1 usually proves |acc| < 2^24; when it does not, the output is scanned
+    (``torch.aminmax``) and a batch chunk with any |value| >= 2^24 is recomputed exactly by im2col +
+    ``torch._int_mm``.
+  - bounded (AMX, or wherever the probe ``_compensation_rounds`` fails): oneDNN's AMX kernels round the
+    uncompensated sum of (x + 128) * w to fp32 before subtracting 128 * sum(w), so a small output can
+    be wrong and the scan cannot see it. The weights alone must prove it: the input channels are split
+    into at most 8 blocks in each of which (255 + 128) * ||w_oc||_1 < 2^24 (every sum either order can
+    form), each block's fp32 output is exact, and the blocks' int32 outputs are added. Beyond 8 blocks
+    (or a grouped weight over the bound) the convolution goes to im2col + ``torch._int_mm``.
+  A shape oneDNN refuses (it does, on AMX, for some grouped convolutions) goes to im2col + _int_mm too.
+  oneDNN runs on batch chunks of <= 8 MB of fp32 output (cache-sized, and below glibc's mmap
+  threshold, where fresh pages cost page faults).
 * Ungrouped convolutions with a 1x1 kernel and no padding, or with at most 64 output positions per
   image, go to im2col + ``torch._int_mm`` (int8 x int8 -> int32) instead: faster there (measured),
   and exact by construction. The im2col is one strided copy per batch chunk (<= 8 MB), a view for 1x1.
@@ -226,25 +236,29 @@ def _batch_chunk(n: int, bytes_per_image: int, budget: int) -> int:
 # oneDNN int8 convolution (fp32 output) and its exact im2col fallback
 
 
-def _qconv(xu: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, chunk: int | None = None):
-    """oneDNN u8 (zero point 128) x s8 convolution, fp32 output (channels-last).
+def _prepack(wq: torch.Tensor, s, p, d, groups: int, x_shape):
+    """oneDNN's prepacked int8 weight for inputs of ``x_shape`` (unit scales, u8 input at zero point 128)."""
+    w_scale = torch.ones(wq.shape[0], dtype=torch.float32)
+    return torch.ops.onednn.qconv_prepack(
+        wq.contiguous(), w_scale, 1.0, _ZP, list(s), list(p), list(d), groups, list(x_shape)
+    )
 
-    Yields the outputs of batch chunks of ``chunk`` images (one chunk if None); the weight is
-    prepacked once, for the shape of the first chunk.
-    """
-    n = xu.shape[0]
-    chunk = n if chunk is None else chunk
+
+def _qconv_run(xu: torch.Tensor, wq: torch.Tensor, packed, s, p, d, groups: int) -> torch.Tensor:
+    """oneDNN u8 (zero point 128) x s8 convolution of ``xu`` with the prepacked ``wq``, fp32 output
+    (channels-last). ``wq`` itself is passed so that tests can stand in for oneDNN."""
     cout = wq.shape[0]
     w_scale = torch.ones(cout, dtype=torch.float32)
     w_zp = torch.zeros(cout, dtype=torch.int64)
-    s, p, d = list(s), list(p), list(d)
-    shape = [min(n, chunk), *xu.shape[1:]]
-    packed = torch.ops.onednn.qconv_prepack(wq.contiguous(), w_scale, 1.0, _ZP, s, p, d, groups, shape)
-    for n0 in range(0, n, chunk):
-        yield torch.ops.onednn.qconv_pointwise(
-            xu[n0 : n0 + chunk], 1.0, _ZP, packed, w_scale, w_zp, None, s, p, d, groups,
-            1.0, 0, torch.float32, "none", [], "",
-        )  # fmt: skip
+    return torch.ops.onednn.qconv_pointwise(
+        xu, 1.0, _ZP, packed, w_scale, w_zp, None, list(s), list(p), list(d), groups,
+        1.0, 0, torch.float32, "none", [], "",
+    )  # fmt: skip
+
+
+def _qconv(xu: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int) -> torch.Tensor:
+    """One oneDNN int8 convolution, fp32 output (channels-last)."""
+    return _qconv_run(xu, wq, _prepack(wq, s, p, d, groups, xu.shape), s, p, d, groups)
 
 
 @functools.cache
@@ -264,11 +278,92 @@ def _onednn_exact() -> bool:
         ok = True
         for groups, wt in ((1, w), (64, w[:, :1].repeat(2, 1, 1, 1))):
             want = torch.nn.functional.conv2d(x.double(), wt.double(), padding=1, groups=groups)
-            (got,) = _qconv(_to_u8(x), wt, (1, 1), (1, 1), (1, 1), groups)
+            got = _qconv(_to_u8(x), wt, (1, 1), (1, 1), (1, 1), groups)
             ok &= torch.equal(got.double(), want)
         return bool(ok)
     except Exception:
         return False
+
+
+# ----------------------------------------------------------------------------------------------------
+# which guard makes oneDNN's fp32 output exact: the output scan, or a bound on the weights alone
+
+_AMX_ISAS = ("AMX", "DEFAULT", "ALL")  # ONEDNN_MAX_CPU_ISA values that leave oneDNN's AMX kernels on
+# every sum an AMX convolution may hold in fp32 (the uncompensated sum of (x + 128) * w, up to 255 per
+# code, and the compensation 128 * sum(w), in either order) is at most this many times ||w_oc||_1
+_AMX_SUM = 255 + _ZP
+_MAX_BLOCKS = 8  # input-channel blocks per convolution on the bounded route; more go to im2col + _int_mm
+
+
+def _amx_in_use() -> bool:
+    """Whether oneDNN may run its AMX kernels here: the CPU has AMX tiles and ONEDNN_MAX_CPU_ISA (or its
+    older name DNNL_MAX_CPU_ISA) does not cap oneDNN below AMX."""
+    if not torch.cpu._is_amx_tile_supported():
+        return False
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
+    return not cap or any(name in cap for name in _AMX_ISAS)
+
+
+@functools.cache
+def _compensation_rounds() -> bool:
+    """Probe: does oneDNN round an uncompensated sum to fp32 before subtracting the zero-point
+    compensation? Outputs near 0 whose uncompensated sums 127 * sum(x + 128) are odd and above 2^24
+    (not representable in fp32) come out wrong if it does; the output scan cannot see that."""
+    try:
+        gen = torch.Generator().manual_seed(1)
+        x = torch.randint(-2, 3, (2, 160, 5, 5), generator=gen, dtype=torch.int8)  # K = 1440 taps
+        w = torch.full((16, 160, 3, 3), 127, dtype=torch.int8)
+        w[8:] = -127
+        want = torch.nn.functional.conv2d(x.double(), w.double())
+        got = _qconv(_to_u8(x), w, (1, 1), (0, 0), (1, 1), 1)
+        return not torch.equal(got.double(), want)
+    except Exception:
+        return True
+
+
+@functools.cache
+def _onednn_bounded() -> bool:
+    """True where oneDNN's exactness must be proven from the weights alone (AMX, or a failed probe):
+    the bounded route. Elsewhere (VNNI) the output scan guards it: the scan route.
+    REPRO_ONEDNN_GUARD=bounded forces the bounded route (exact on every CPU: the suite's second run)."""
+    if os.environ.get("REPRO_ONEDNN_GUARD") == "bounded":
+        return True
+    return _amx_in_use() or _compensation_rounds()
+
+
+def conv_route() -> str:
+    """The route convolutions take on this CPU: 'native' (no VNNI: kernels/native, integer arithmetic),
+    'onednn-scan' (VNNI: oneDNN, an output scan sends chunks at or above 2^24 to im2col + _int_mm),
+    'onednn-bounded' (AMX: oneDNN on input-channel blocks whose weights bound every sum below 2^24),
+    'im2col' (oneDNN not exact here: im2col + _int_mm throughout)."""
+    if not torch_int8_fast():
+        return "native"
+    if not _onednn_exact():
+        return "im2col"
+    return "onednn-bounded" if _onednn_bounded() else "onednn-scan"
+
+
+def _channel_blocks(wq: torch.Tensor, groups: int) -> list[tuple[int, int]] | None:
+    """Input-channel blocks [c0, c1) of ``wq`` in each of which _AMX_SUM * ||w_oc||_1 < 2^24 for every
+    output channel: oneDNN's fp32 output of each block is then exact by construction, and the blocks'
+    int32 sums add exactly. None when that takes more than _MAX_BLOCKS blocks, when one channel alone
+    exceeds the bound, or when a grouped weight would need splitting."""
+    limit = (_F32_EXACT - 1) // _AMX_SUM  # ||w_oc||_1 <= limit  <=>  _AMX_SUM * ||w_oc||_1 < 2^24
+    l1 = wq.to(torch.int32).abs().flatten(2).sum(2)  # (Cout, Cin / groups): per input channel
+    if int(l1.sum(1).max()) <= limit:
+        return [(0, wq.shape[1])]
+    if groups != 1:
+        return None
+    cum = l1.cumsum(1)
+    blocks, c0 = [], 0
+    while c0 < wq.shape[1]:
+        reach = cum[:, c0:] - (cum[:, c0 - 1 : c0] if c0 else 0)
+        fit = int(torch.searchsorted(reach.amax(0).contiguous(), limit, right=True))
+        if fit == 0 or len(blocks) == _MAX_BLOCKS:
+            return None
+        blocks.append((c0, c0 + fit))
+        c0 += fit
+    return blocks
 
 
 def _pad_zero(xq: torch.Tensor, p) -> torch.Tensor:
@@ -357,6 +452,41 @@ def _im2col_route(k, p, out, groups: int) -> bool:
     return (all(a == 1 for a in k) and not any(p)) or math.prod(out) <= _SMALL_OUT
 
 
+# geometries oneDNN refused to prepack here (it does on some ISAs: AMX and a grouped 3x3 convolution of
+# 120-channel groups, regnet_x_8gf's); they go to im2col + _int_mm without asking again
+_REFUSED: set = set()
+
+
+def _prepack_blocks(wq, blocks, s, p, d, groups: int, xq, chunk: int) -> list | None:
+    """One prepacked weight per input-channel block, or None if oneDNN refuses the shape."""
+    n = min(xq.shape[0], chunk)
+    try:
+        shapes = [
+            (n, (c1 - c0) * groups, *xq.shape[2:]) for c0, c1 in blocks
+        ]  # blocks split groups == 1 only
+        return [
+            _prepack(wq[:, c0:c1], s, p, d, groups, x) for (c0, c1), x in zip(blocks, shapes, strict=True)
+        ]
+    except RuntimeError:
+        return None
+
+
+def _qconv_blocks(xu, wq, blocks, packed, s, p, d, groups: int) -> torch.Tensor | None:
+    """oneDNN's convolution of one batch chunk: fp32 for one block, the int32 sum of the blocks' exact
+    outputs for several; None if oneDNN refuses the chunk."""
+    try:
+        if len(blocks) == 1:
+            return _qconv_run(xu, wq, packed[0], s, p, d, groups)
+        acc = None
+        for (c0, c1), pk in zip(blocks, packed, strict=True):
+            part = _qconv_run(xu[:, c0:c1], wq[:, c0:c1], pk, s, p, d, groups)
+            part = part.view(torch.int32).copy_(part)  # exact: the block's bound holds
+            acc = part if acc is None else acc.add_(part)
+        return acc
+    except RuntimeError:
+        return None
+
+
 def _conv_int(
     xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, u8_cache=None, dst=None, crop=None
 ) -> torch.Tensor:
@@ -373,18 +503,35 @@ def _conv_int(
     if not _onednn_exact() or _im2col_route(k, p, out, groups):
         y = _conv_exact(xq, wq, s, p, d, groups)
         return y if dst is None else dst.copy_(y[window])
+    if _onednn_bounded():
+        # AMX: the output scan cannot see a rounded uncompensated sum; the weights must prove every block
+        blocks, checked = _channel_blocks(wq, groups), False
+    else:
+        # |x| <= 128, so |acc| <= 128 * max_oc ||w_oc||_1: if that is < 2^24 the fp32 output is exact
+        blocks = [(0, wq.shape[1])]
+        checked = _ZP * int(wq.to(torch.int32).abs().flatten(1).sum(1).max()) >= _F32_EXACT
+    n = xq.shape[0]
+    # batch chunks keep the fp32 intermediate cache-sized (and reused rather than freshly mapped)
+    chunk = _batch_chunk(n, 4 * wq.shape[0] * math.prod(out), _OUT_CHUNK_BYTES)
+    key = (tuple(wq.shape), tuple(xq.shape[1:]), min(n, chunk), tuple(s), tuple(p), tuple(d), groups)
+    packed = None
+    if blocks is not None and key not in _REFUSED:
+        packed = _prepack_blocks(wq, blocks, s, p, d, groups, xq, chunk)
+        if packed is None:
+            _REFUSED.add(key)
+    if packed is None:
+        y = _conv_exact(xq, wq, s, p, d, groups)
+        return y if dst is None else dst.copy_(y[window])
     u8_cache = {} if u8_cache is None else u8_cache
     if "u8" not in u8_cache:
         u8_cache["u8"] = _to_u8(xq)
     xu = u8_cache["u8"]
-    # |x| <= 128, so |acc| <= 128 * max_oc ||w_oc||_1: if that is < 2^24 the fp32 output is exact
-    checked = _ZP * int(wq.to(torch.int32).abs().flatten(1).sum(1).max()) >= _F32_EXACT
-    n = xq.shape[0]
-    # batch chunks keep the fp32 intermediate cache-sized (and reused rather than freshly mapped)
-    chunk = _batch_chunk(n, 4 * wq.shape[0] * math.prod(out), _OUT_CHUNK_BYTES)
     y = None
-    for n0, part in zip(range(0, n, chunk), _qconv(xu, wq, s, p, d, groups, chunk), strict=True):
-        if checked:
+    for n0 in range(0, n, chunk):
+        part = _qconv_blocks(xu[n0 : n0 + chunk], wq, blocks, packed, s, p, d, groups)
+        if part is None:  # oneDNN refused this chunk's shape
+            part = _conv_exact(xq[n0 : n0 + chunk], wq, s, p, d, groups)
+        elif checked:
             lo, hi = torch.aminmax(part)
             # fp32 rounding is monotonic and 2^24 is representable: |out| < 2^24 implies |acc| < 2^24
             if not (-_F32_EXACT < float(lo) and float(hi) < _F32_EXACT):

@@ -268,8 +268,19 @@ def test_fast_paths_active_on_vnni():
     assert cpu._int_mm_exact() is True
 
 
+@pytest.fixture(params=["scan", "bounded"])
+def guard(request, monkeypatch):
+    """The guard that keeps oneDNN's fp32 output exact: the output scan (VNNI) or the weight bound per
+    input-channel block (AMX). The bounded guard is exact on every CPU and runs everywhere; the scan runs
+    where oneDNN does not round before compensating (not on AMX, where that guard is what fails)."""
+    if request.param == "scan" and cpu._onednn_bounded():
+        pytest.skip("oneDNN may round uncompensated sums here (AMX): the scan guard is not this CPU's")
+    monkeypatch.setattr(cpu, "_onednn_bounded", lambda: request.param == "bounded")
+    return request.param
+
+
 @pytest.fixture
-def exact_calls(monkeypatch):
+def exact_calls(monkeypatch, guard):
     """Records calls of the exact fallback; oneDNN is made the route for every shape. Only where oneDNN's
     int8 convolution is exact (VNNI): elsewhere every convolution takes the exact route by design."""
     if not cpu._onednn_exact():
@@ -342,14 +353,151 @@ def test_cpu_strided_input_grad_fallback_into_dx(monkeypatch, exact_calls, chunk
     assert any(tuple(shape[2:]) != (1, 1) for shape in exact_calls), "no oneDNN phase fell back"
 
 
-def test_cpu_large_bound_small_values_stays_fast(exact_calls):
-    """The a-priori bound exceeds 2^24 but the actual sums do not: the fast path must be used."""
+def test_cpu_large_bound_small_values_stays_fast(exact_calls, guard):
+    """The a-priori bound exceeds 2^24 but the actual sums do not: the scan guard keeps the fast path."""
+    if guard == "bounded":
+        pytest.skip("the bounded guard decides from the weights alone (test_cpu_bounded_guard_*)")
     gen = torch.Generator().manual_seed(2)
     x = rand_i8((2, 1536, 5, 5), gen, -3, 3)
     w = torch.full((4, 1536, 3, 3), 127, dtype=torch.int8)
     w[:, 1::2] = -127
     assert_same(cpu.conv_forward(x, w, 1, 1, 1, 1), reference.conv_forward(x, w, 1, 1, 1, 1))
     assert not exact_calls
+
+
+def amx_like_qconv(xu, wq, packed, s, p, d, groups):
+    """oneDNN's int8 convolution as an AMX Xeon computed it (issue 31's measurements): the uncompensated
+    sum of (x + 128) * w rounded to fp32 before the compensation 128 * sum(w) is subtracted."""
+    nd = wq.dim() - 2
+    pad = [v for pi in reversed(p) for v in (pi, pi)]
+    xpad = F.pad(xu.double(), pad, value=128)  # a padded position holds the zero point: x = 0
+    unc = CONV[nd](xpad, wq.double(), stride=s, dilation=d, groups=groups)
+    comp = 128 * wq.double().flatten(1).sum(1).view(1, -1, *(1,) * nd)
+    y = unc.float() - comp.float()
+    return y.movedim(1, -1).contiguous().movedim(-1, 1)
+
+
+def small_values_big_weights(gen, n=2, c=160, hw=5, cout=16):
+    """x near 0 (codes in [-2, 2]), w = +-127: exact sums far below 2^24, uncompensated ones above it."""
+    x = rand_i8((n, c, hw, hw), gen, -2, 2)
+    w = torch.full((cout, c, 3, 3), 127, dtype=torch.int8)
+    w[cout // 2 :] = -127
+    return x, w
+
+
+def test_amx_emulation_defeats_the_scan_guard(monkeypatch):
+    """Why AMX needs its own guard: with oneDNN rounding before compensating, the scan sees only small
+    outputs and lets wrong ones through (the failure issue 31 measured)."""
+    monkeypatch.setattr(cpu, "_qconv_run", amx_like_qconv)
+    monkeypatch.setattr(cpu, "_onednn_bounded", lambda: False)
+    monkeypatch.setattr(cpu, "_onednn_exact", lambda: True)
+    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
+    x, w = small_values_big_weights(torch.Generator().manual_seed(21))
+    want = reference.conv_forward(x, w, 1, 1, 1, 1)
+    assert want.abs().max() < 2**20
+    assert not torch.equal(cpu.conv_forward(x, w, 1, 1, 1, 1), want)
+    assert cpu._compensation_rounds.__wrapped__() is True  # the probe sees it too
+
+
+@pytest.mark.parametrize("chunk", [1, None])
+def test_cpu_bounded_guard_splits_input_channels(monkeypatch, chunk):
+    """The bounded guard under the AMX emulation: exact, through oneDNN, in input-channel blocks whose
+    weights keep every sum below 2^24 (forward and input gradient, one image per chunk or all)."""
+    calls = []
+
+    def spy(xu, wq, *args):
+        calls.append(wq.shape[1])
+        return amx_like_qconv(xu, wq, *args)
+
+    monkeypatch.setattr(cpu, "_qconv_run", spy)
+    monkeypatch.setattr(cpu, "_onednn_bounded", lambda: True)
+    monkeypatch.setattr(cpu, "_onednn_exact", lambda: True)
+    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
+    monkeypatch.setattr(cpu, "_CHUNK_IMAGES", chunk)
+    x, w = small_values_big_weights(torch.Generator().manual_seed(22))
+    blocks = cpu._channel_blocks(w, 1)
+    assert 1 < len(blocks) <= cpu._MAX_BLOCKS
+    assert blocks[0][0] == 0 and blocks[-1][1] == w.shape[1]
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
+    for c0, c1 in blocks:
+        assert cpu._AMX_SUM * int(w[:, c0:c1].int().abs().flatten(1).sum(1).max()) < 2**24
+    assert_same(cpu.conv_forward(x, w, 1, 1, 1, 1), reference.conv_forward(x, w, 1, 1, 1, 1), "forward")
+    assert sum(calls) == w.shape[1] * (x.shape[0] if chunk else 1), "not every block went through oneDNN"
+    # input gradient, stride 2: every phase's sub-kernel is bounded (and split) on its own
+    g = rand_i8((2, 160, 3, 3), torch.Generator().manual_seed(23), -2, 2)
+    wt = torch.full((160, 8, 3, 3), 127, dtype=torch.int8)
+    wt[:, ::2] = -127
+    want = reference.conv_input_grad(g, wt, (2, 8, 6, 5), 2, 1, 1, 1)
+    assert_same(cpu.conv_input_grad(g, wt, (2, 8, 6, 5), 2, 1, 1, 1), want, "strided input grad")
+
+
+def test_cpu_bounded_guard_gives_up_beyond_its_blocks():
+    """Too many blocks, one channel alone over the bound, or a grouped weight over it: the exact route."""
+    big = torch.full((4, 1536, 3, 3), 127, dtype=torch.int8)
+    assert cpu._channel_blocks(big, 1) is None  # 40 blocks
+    assert cpu._channel_blocks(torch.full((2, 1, 19, 19), 127, dtype=torch.int8), 1) is None
+    assert cpu._channel_blocks(torch.full((8, 64, 3, 3), 127, dtype=torch.int8), 2) is None
+    assert cpu._channel_blocks(torch.full((8, 32, 3, 3), 127, dtype=torch.int8), 2) == [(0, 32)]
+
+
+@pytest.mark.parametrize("cap,amx", [("", True), ("AVX512_CORE_VNNI", False), ("avx512_core_amx", True)])
+def test_amx_route_follows_the_cpu_and_onednn_cap(monkeypatch, cap, amx):
+    """The bounded guard is chosen where oneDNN may run AMX kernels: AMX tiles, not capped below AMX."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert cpu._amx_in_use() is amx
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert cpu._amx_in_use() is False
+
+
+def test_conv_route_names_this_cpus_route():
+    route = cpu.conv_route()
+    assert route in ("native", "im2col", "onednn-scan", "onednn-bounded")
+    if cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"}:
+        assert route == ("onednn-bounded" if "amx_int8" in cpu_flags() else "onednn-scan")
+
+
+@pytest.mark.parametrize("where", ["prepack", "run"])
+def test_onednn_refusal_takes_the_exact_route(monkeypatch, guard, where):
+    """oneDNN refusing a shape (prepack: 'could not create a primitive descriptor for the reorder
+    primitive', seen on AMX for regnet_x_8gf's grouped convolutions) never kills a run."""
+    if not cpu._onednn_exact():
+        pytest.skip("oneDNN's int8 convolution is not this CPU's route")
+    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
+    monkeypatch.setattr(cpu, "_REFUSED", set())
+    gen = torch.Generator().manual_seed(24)
+    x, w = rand_i8((2, 24, 5, 5), gen), rand_i8((24, 6, 3, 3), gen, -20, 20)
+    ran, real_run = [], cpu._qconv_run
+    monkeypatch.setattr(cpu, "_qconv_run", lambda *args: ran.append(1) or real_run(*args))
+    assert_same(cpu.conv_forward(x, w, 1, 1, 1, 4), reference.conv_forward(x, w, 1, 1, 1, 4))
+    assert ran, "oneDNN is this CPU's route, but the grouped convolution did not reach it"
+    asked = []
+
+    def refuse(*args):
+        asked.append(1)
+        raise RuntimeError("could not create a primitive descriptor for the reorder primitive")
+
+    monkeypatch.setattr(cpu, "_prepack" if where == "prepack" else "_qconv_run", refuse)
+    for _ in range(2):
+        assert_same(cpu.conv_forward(x, w, 1, 1, 1, 4), reference.conv_forward(x, w, 1, 1, 1, 4))
+    assert len(asked) == (1 if where == "prepack" else 2), "a refused prepack is asked again"
+
+
+def test_regnet_x_8gf_grouped_shape_is_exact(guard):
+    """regnet_x_8gf's grouped 3x3 convolution (120 channels per group, 1920 channels), oneDNN refuses
+    it on AMX; weights small enough for the bounded guard to reach oneDNN. All three passes."""
+    gen = torch.Generator().manual_seed(25)
+    x, w = rand_i8((2, 1920, 4, 4), gen), rand_i8((1920, 120, 3, 3), gen, -12, 12)
+    g = rand_i8((2, 1920, 2, 2), gen)
+    args = (2, 1, 1, 16)
+    assert_same(cpu.conv_forward(x, w, *args), reference.conv_forward(x, w, *args), "forward")
+    assert_same(
+        cpu.conv_input_grad(g, w, x.shape, *args), reference.conv_input_grad(g, w, x.shape, *args), "dx"
+    )
+    assert_same(
+        cpu.conv_weight_grad(x, g, w.shape, *args), reference.conv_weight_grad(x, g, w.shape, *args), "dw"
+    )
 
 
 def test_cpu_large_weight_grad_reduction():
