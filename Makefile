@@ -9,12 +9,28 @@ TORCH   := "torch==2.13.0,!=2.13.0+cpu" torchvision==0.28.0
 
 # Order matters: torch before mmcv, and mmcv built from source with its ops against that torch
 # (--no-build-isolation, setuptools<81); only then the project and its remaining dependencies.
+# Every install goes through the lock, constraints.txt (every package's exact version), so that a setup
+# next year rebuilds this environment; `make lock` refreshes it. LOCK= (empty) installs unpinned.
+LOCK    ?= constraints.txt
+PIN     := $(if $(LOCK),-c $(LOCK))
 setup: $(BIN)/python
-	$(PIP) install --upgrade pip "setuptools>=77,<81" wheel ninja
-	$(PIP) install $(TORCH)
-	$(PIP) install numpy "opencv-python-headless" addict packaging Pillow pyyaml yapf
-	MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=2 $(PIP) install --no-build-isolation mmcv==2.1.0
-	$(PIP) install -e ".[detection,dev]"
+	$(PIP) install $(PIN) --upgrade pip "setuptools>=77,<81" wheel ninja
+	$(PIP) install $(PIN) $(TORCH)
+	$(PIP) install $(PIN) numpy "opencv-python-headless" addict packaging Pillow pyyaml yapf
+	MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=2 $(PIP) install $(PIN) --no-build-isolation mmcv==2.1.0
+	$(PIP) install $(PIN) -e ".[detection,dev]"
+
+# The lock from a fresh, unpinned setup in a scratch venv (newest versions that satisfy pyproject.toml;
+# about as long as `make setup`), then every installed distribution but the project at its version.
+.PHONY: lock
+lock:
+	rm -rf .venv-lock
+	$(MAKE) setup VENV=.venv-lock LOCK=
+	{ echo "# make lock, $$(date -u +%F) on $$(uname -m), $$(.venv-lock/bin/python --version): every package"; \
+	  echo "# that make setup installs, at its exact version (pip constraints; the project itself is not in it)"; \
+	  .venv-lock/bin/python -m pip freeze --all --exclude-editable | LC_ALL=C sort -f; } > $(LOCK).tmp
+	mv $(LOCK).tmp $(LOCK)
+	rm -rf .venv-lock
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)

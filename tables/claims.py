@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernels.atomic import write_file
+from tables import provenance
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 # a difference counts when it exceeds this many standard errors of the difference (about 95% two-sided)
@@ -608,7 +609,8 @@ def markdown(frame: pd.DataFrame, ctx: Context) -> str:
         "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')} by `make claims PROFILE={ctx.profile}"
         + (f" KEPT={ctx.kept}" if ctx.kept else "")
-        + (f" RESULTS={ctx.results_dir}`." if ctx.results_dir != Path("results") else "`."),
+        + (f" RESULTS={ctx.results_dir}`" if ctx.results_dir != Path("results") else "`")
+        + f", at {provenance.line()}.",
     ]
     return "\n".join(lines) + "\n"
 

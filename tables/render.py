@@ -18,7 +18,9 @@ from typing import Any
 
 import pandas as pd
 
+from kernels import devices
 from kernels.atomic import write_file
+from tables import provenance
 from tables.spec import PAPER_DATASETS, Row
 
 CSV_COLUMNS = [
@@ -301,6 +303,8 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
             "errors": sum(1 for o in outcomes.values() if o.error),
         },
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "device": devices.label(devices.describe(devices.resolve(None))),
+        **provenance.as_dict(),
     }
 
 
@@ -381,7 +385,8 @@ def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
     lines += [
         "",
         f"Generated {meta['generated_at']} by `{meta.get('command', '')}`: {cells['total']} cells, "
-        f"{cells['cached']} from the cache, {cells['ran']} run now, {cells['errors']} failed.",
+        f"{cells['cached']} from the cache, {cells['ran']} run now, {cells['errors']} failed. "
+        f"At commit {meta['commit']}, environment lock {meta['environment_lock']}, on {meta['device']}.",
     ]
     return "\n".join(lines) + "\n"
 

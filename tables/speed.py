@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from kernels import devices
 from kernels.atomic import write_file
 from repro import steptime
+from tables import provenance
 from tables.cells import Cache
 from tables.speed_spec import HALF, PeriodSpec, StepTimeSpec
 
@@ -436,8 +437,9 @@ def generate_speed(
     frame, md = render(spec, cell, result, dev)
     command = command or f"repro table {spec.name} --profile {profile} --device {dev.type}"
     md += f"\nGenerated {time.strftime('%Y-%m-%d %H:%M:%S %Z')} by `{command}`" + (
-        " from the cache.\n" if cached else ".\n"
+        " from the cache" if cached else ""
     )
+    md += f", at {provenance.line()}.\n"
     meta = {
         "name": spec.name,
         "paper": spec.paper,
@@ -453,6 +455,7 @@ def generate_speed(
         "command": command,
         "csv_columns": list(frame.columns),
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        **provenance.as_dict(),
     }
     results_dir.mkdir(parents=True, exist_ok=True)
     paths = {
