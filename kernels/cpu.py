@@ -343,6 +343,15 @@ def conv_route() -> str:
     return "onednn-bounded" if _onednn_bounded() else "onednn-scan"
 
 
+def clear_route_caches() -> None:
+    """Forget every route decision (probes, the forced route, oneDNN's refusals): they are made again
+    under the environment at the next call. For tests that change REPRO_CPU_GEMM, REPRO_ONEDNN_GUARD
+    or ONEDNN_MAX_CPU_ISA."""
+    for probe in (torch_int8_fast, _int_mm_exact, _onednn_exact, _compensation_rounds, _onednn_bounded):
+        probe.cache_clear()
+    _REFUSED.clear()
+
+
 def _channel_blocks(wq: torch.Tensor, groups: int) -> list[tuple[int, int]] | None:
     """Input-channel blocks [c0, c1) of ``wq`` in each of which _AMX_SUM * ||w_oc||_1 < 2^24 for every
     output channel: oneDNN's fp32 output of each block is then exact by construction, and the blocks'

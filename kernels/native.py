@@ -37,7 +37,8 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("REPRO_NATIVE_CACHE", Path.home() / ".cache" / "int8-repro" / "native"))
 
 
-def _compiler() -> str | None:
+def compiler() -> str | None:
+    """$CXX or g++ on the PATH, or None: where one exists the library must build (tests fail if not)."""
     return os.environ.get("CXX") or shutil.which("g++")
 
 
@@ -58,7 +59,7 @@ def _fingerprint(cxx: str) -> str:
 
 def build() -> Path:
     """The library's path, compiled now if no cached build exists. Raises NativeBuildError."""
-    cxx = _compiler()
+    cxx = compiler()
     if cxx is None:
         raise NativeBuildError("no C++ compiler (g++) found: the CPU backend's native code cannot be built")
     path = _cache_dir() / f"repro_native-{_fingerprint(cxx)}.so"

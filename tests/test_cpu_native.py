@@ -12,7 +12,30 @@ import kernels
 from kernels import backend, cpu, cpu_quantize, native, reference
 from kernels.errors import NonFiniteError
 
-pytestmark = pytest.mark.skipif(not native.available(), reason="no C++ compiler: the torch fallback runs")
+# Only a machine without a compiler skips: where g++ exists the library must build, and a source that
+# does not compile fails test_the_native_library_builds_where_a_compiler_exists (and every test here).
+pytestmark = pytest.mark.skipif(
+    native.compiler() is None, reason="no C++ compiler (g++, $CXX): the torch fallback runs"
+)
+
+
+def test_the_native_library_builds_where_a_compiler_exists():
+    native.build()  # raises NativeBuildError with the compiler's own output
+    assert native.available()
+
+
+def test_a_source_that_does_not_compile_fails_loudly(monkeypatch, tmp_path):
+    broken = tmp_path / "src"
+    broken.mkdir()
+    for name in native.SOURCES + native.HEADERS:
+        (broken / name).write_text((native.SOURCE_DIR / name).read_text())
+    (broken / native.SOURCES[0]).write_text("this is not C++;\n")
+    monkeypatch.setattr(native, "SOURCE_DIR", broken)
+    monkeypatch.setenv("REPRO_NATIVE_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(native.NativeBuildError, match="failed"):
+        native.build()
+    assert not list((tmp_path / "cache").glob("*.so*")), "a failed build left a file in the cache"
+
 
 LAYOUTS = {
     "nchw": lambda t: t,
@@ -180,7 +203,7 @@ def test_native_gemm_splits_a_long_reduction_exactly():
 def test_cpu_route_without_vnni(monkeypatch):
     """Where torch's int8 kernels are scalar loops (no VNNI), the native GEMM serves every product."""
     monkeypatch.setenv("REPRO_CPU_GEMM", "native")
-    cpu.torch_int8_fast.cache_clear()
+    cpu.clear_route_caches()
     try:
         assert not cpu.torch_int8_fast() and not cpu._onednn_exact.__wrapped__()
         gen = torch.Generator().manual_seed(5)
@@ -188,7 +211,7 @@ def test_cpu_route_without_vnni(monkeypatch):
         w = torch.randint(-127, 128, (6, 8, 3, 3), generator=gen, dtype=torch.int8)
         assert torch.equal(cpu.conv_forward(x, w, 2, 1), reference.conv_forward(x, w, 2, 1))
     finally:
-        cpu.torch_int8_fast.cache_clear()
+        cpu.clear_route_caches()
 
 
 @pytest.mark.parametrize("module", ["cpu", "cuda", "reference_products"])
@@ -213,7 +236,7 @@ def test_philox_mirror_of_the_tests_is_the_shared_stream():
 @pytest.mark.parametrize("k,s,p,d", [(3, 1, 1, 1), (3, 2, 1, 1), (5, 2, 2, 1), (3, 1, 2, 2), (3, 2, 0, 1)])
 def test_native_depthwise_is_exact(monkeypatch, c, k, s, p, d):
     monkeypatch.setenv("REPRO_CPU_GEMM", "native")
-    cpu.torch_int8_fast.cache_clear()
+    cpu.clear_route_caches()
     try:
         gen = torch.Generator().manual_seed(c + k + s + p + d)
         x = torch.randint(-127, 128, (3, c, 11, 9), generator=gen, dtype=torch.int8)
@@ -227,4 +250,4 @@ def test_native_depthwise_is_exact(monkeypatch, c, k, s, p, d):
             want = reference.conv_weight_grad(x, g, w.shape, s, p, d, c)
             assert torch.equal(cpu.conv_weight_grad(xx, g, w.shape, s, p, d, c), want)
     finally:
-        cpu.torch_int8_fast.cache_clear()
+        cpu.clear_route_caches()
