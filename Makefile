@@ -35,10 +35,17 @@ lock:
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
+# The suite runs in a random order (pytest-randomly), seeded and the seed printed: TEST_SEED=N repeats an
+# order. A test that passes only after another one shows up as a failure under some seed.
+TEST_SEED ?=
 test:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "make test: no tests collected (pytest exit 5), treated as success"; exit 0; fi; exit $$rc
+	seed=$(if $(TEST_SEED),$(TEST_SEED),$$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')); \
+	echo "make test: tests in random order, seed $$seed (make test TEST_SEED=$$seed repeats it)"; \
+	$(BIN)/python -m pytest -q -p randomly --randomly-seed=$$seed; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: no tests collected (pytest exit 5), treated as success"; exit 0; fi; \
+	echo "make test: seed $$seed, exit $$rc"; exit $$rc
 
 # Kernel timing: every distinct ResNet-50 layer (batch 32), int8 vs fp32 vs bf16 on this CPU, side by side
 # (tests/bench); writes results/kernel_bench.json, then results/kernel_speedup.md and .png. A few minutes.
