@@ -73,6 +73,15 @@ AUDIT_ARGS ?=
 step-audit:
 	$(BIN)/python -m repro.step_audit fp32 daiq ui8 gq $(AUDIT_ARGS)
 
+# Mutation testing (docs/testing.md): mutmut over the quantizers, methods, CPU quantizer and table renderer
+# ([tool.mutmut] in pyproject.toml), the fast tests that cover each mutant; prints the score and the
+# survivors. Tens of minutes on 2 cores. MUTANTS="name ..." reruns some.
+.PHONY: mutation
+mutation:
+	$(PIP) install $(PIN) mutmut==3.8.1
+	$(BIN)/mutmut run --max-children 2 $(MUTANTS) > /dev/null || true
+	$(BIN)/python -m tests.mutation_score
+
 lint:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
