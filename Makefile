@@ -79,8 +79,14 @@ step-audit:
 .PHONY: mutation
 mutation:
 	$(PIP) install $(PIN) mutmut==3.8.1
-	$(BIN)/mutmut run --max-children 2 $(MUTANTS) > /dev/null || true
-	$(BIN)/python -m tests.mutation_score
+	$(BIN)/mutmut run --max-children 2 $(MUTANTS) | tail -n 3
+	$(BIN)/mutmut export-cicd-stats > /dev/null
+	@$(BIN)/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
+	  caught, sv, nt, su = s["killed"] + s["timeout"], s["survived"], s["no_tests"], s["suspicious"]; \
+	  n = caught + sv + nt + su; \
+	  print(f"make mutation: {caught} of {n} mutants killed ({100 * caught / max(n, 1):.1f}%);", \
+	        f"{sv} survived, {nt} with no covering test, {su} suspicious")'
+	$(BIN)/mutmut results
 
 lint:
 	$(BIN)/ruff check .
