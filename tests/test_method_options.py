@@ -76,6 +76,25 @@ def test_bad_ui8_and_wageubn_options_are_one_line_errors():
         build_method("wageubn", e2="flag16")
 
 
+@pytest.mark.parametrize(
+    "method,options,message",
+    [
+        ("daiq", {"k": -1}, "k scales the Inverted-T step"),
+        ("daiq", {"k": 0}, "k scales the Inverted-T step"),
+        ("daiq", {"k": float("nan")}, "option k must be a finite number"),
+        ("daiq-mcs", {"A": float("inf")}, "option A must be a finite number"),
+        ("daiq", {"lam": float("nan")}, "option lam must be a finite number"),
+        ("ui8", {"alpha": -5}, "alpha is phi's decay rate"),
+        ("ui8", {"beta": float("nan")}, "option beta must be a finite number"),
+        ("daiq", {"k": "nan"}, "option k must be a finite number"),
+    ],
+)
+def test_option_values_outside_their_domain_are_refused(method, options, message):
+    """quantize_model(m, "daiq", k=-1) or k=nan used to train silently; the error names the range."""
+    with pytest.raises(ValueError, match=message):
+        build_method(method, **options)
+
+
 @pytest.mark.parametrize(("e2", "qe2"), [("shift8", lambda e: SQ(e, 8)), ("flag8", lambda e: flag_qe2(e, 8))])
 def test_wageubn_e2_option_picks_the_error_quantizer(e2, qe2):
     torch.manual_seed(0)

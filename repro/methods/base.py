@@ -8,6 +8,7 @@ for int8 operands and ask the backend for the integer products.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -95,6 +96,9 @@ class Method:
         # each option takes the type of its default (repro.methods.options): "1.5" from a command line
         # is 1.5, "abc" for a number is one clear ValueError before validate() compares it
         self.opts = {**self.defaults, **typed_options(self.name, self.defaults, options)}
+        for key, value in self.opts.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"method {self.name!r}: option {key} must be a finite number, got {value}")
         self.validate()
 
     def validate(self) -> None:

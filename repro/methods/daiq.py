@@ -109,6 +109,8 @@ class _DaiqOptions(Method):
             raise ValueError(f"lam is a probability threshold in [0, 1], got {self.opts['lam']}")
         if self.opts["A"] <= 0:
             raise ValueError(f"A must be positive, got {self.opts['A']}")
+        if self.opts["k"] <= 0:
+            raise ValueError(f"k scales the Inverted-T step and must be positive, got {self.opts['k']}")
 
 
 @register

@@ -263,6 +263,8 @@ class Ui8(Method):
             raise ValueError(f"bits_w must be a weight bit width from 2 to 8, got {self.opts['bits_w']}")
         if int(self.opts["period"]) < 1:
             raise ValueError(f"period must be a positive number of iterations, got {self.opts['period']}")
+        if self.opts["alpha"] < 0:
+            raise ValueError(f"alpha is phi's decay rate and must be >= 0, got {self.opts['alpha']}")
         if not 0.0 <= self.opts["beta"] <= 1.0:
             raise ValueError(f"beta is the lower bound of phi in [0, 1], got {self.opts['beta']}")
         self.opts["period"] = int(self.opts["period"])
