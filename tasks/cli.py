@@ -29,6 +29,23 @@ from mmengine.config import DictAction
 from tasks import TASKS, get_task
 
 
+class KeyValueAction(DictAction):
+    """mmengine's DictAction (k=v pairs, values as lists or tuples), a malformed pair one line and exit 2
+    instead of a traceback: a pair without '=' or a key, a value with unbalanced brackets."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        for pair in values:
+            key, sep, _ = pair.partition("=")
+            if not sep or not key.strip():
+                parser.exit(2, f"{parser.prog}: error: {option_string}: {pair!r} is not key=value\n")
+        try:
+            super().__call__(parser, namespace, values, option_string)
+        except (ValueError, AssertionError) as err:
+            parser.exit(
+                2, f"{parser.prog}: error: {option_string}: cannot parse {' '.join(values)!r}: {err}\n"
+            )
+
+
 def add_train_arguments(parser: argparse.ArgumentParser, task_choice: bool = True) -> None:
     if task_choice:
         parser.add_argument("--task", default="classification", help=f"one of: {', '.join(TASKS)}")
@@ -61,12 +78,12 @@ def add_train_arguments(parser: argparse.ArgumentParser, task_choice: bool = Tru
         help="skip unreadable images and frames instead of stopping (listed in the log and the result)",
     )
     parser.add_argument(
-        "--method-options", nargs="+", action=DictAction, default=None, help="method options, k=v ..."
+        "--method-options", nargs="+", action=KeyValueAction, default=None, help="method options, k=v ..."
     )
     parser.add_argument(
         "--cfg-options",
         nargs="+",
-        action=DictAction,
+        action=KeyValueAction,
         default=None,
         help="override Runner config keys, k=v with dotted keys, as mmengine's --cfg-options",
     )

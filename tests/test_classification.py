@@ -263,3 +263,25 @@ def test_cli_bad_method_options_exit_2_with_one_line(capsys, options, message):
     assert main_command([*argv, *options]) == 2
     err = capsys.readouterr().err.strip()
     assert err == message
+
+
+@pytest.mark.parametrize(
+    "flag, pairs, message",
+    [
+        ("--method-options", ["k"], "--method-options: 'k' is not key=value"),
+        ("--method-options", ["=1"], "--method-options: '=1' is not key=value"),
+        ("--cfg-options", ["foo"], "--cfg-options: 'foo' is not key=value"),
+        ("--cfg-options", ["optim_wrapper.optimizer.lr=[1,"], "--cfg-options: cannot parse"),
+        ("--method-options", ["k=-1"], "error: k scales the Inverted-T step and must be positive, got -1.0"),
+    ],
+)
+def test_cli_malformed_key_value_pairs_exit_2_with_one_line(capsys, flag, pairs, message):
+    """A malformed pair was a traceback (ValueError, AssertionError) and exit 1."""
+    argv = ["train", "--model", "resnet18", "--method", "daiq", "--profile", "smoke", flag, *pairs]
+    try:
+        code = main_command(argv)
+    except SystemExit as stop:  # argparse's own way out
+        code = stop.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
