@@ -150,9 +150,12 @@ def peak_step_memory(runner: _Runner, x: torch.Tensor, y: torch.Tensor) -> float
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets VmHWM to the current RSS
-        before = _status_kb("VmRSS")
+        # the peak's own value at the reset; the kernel's resident-set counters are per-thread caches
+        # synced lazily, so a step that only frees can still read a few hundred KB lower: clamped at 0
+        # (the speed table printed '-0')
+        before = _status_kb("VmHWM")
         runner.step(x, y)
-        return (_status_kb("VmHWM") - before) / 1024
+        return max(0.0, (_status_kb("VmHWM") - before) / 1024)
     except (OSError, ValueError, KeyError):
         return None
 

@@ -8,6 +8,7 @@ import statistics
 
 import pandas as pd
 import pytest
+import torch
 
 from kernels import devices
 from tables.cells import Cache
@@ -144,3 +145,16 @@ def test_cli(tmp_path, capsys):
     assert "--batch must be at least 1" in capsys.readouterr().err
     assert repro_main(["table", "table4", "--batch", "8", "--results-dir", str(tmp_path)]) == 2
     assert "speed tables only" in capsys.readouterr().err
+
+
+def test_peak_step_memory_is_never_negative():
+    """A step that frees more than it allocates needs nothing above what it started with: 0, not '-0'."""
+    import types
+
+    from repro import steptime
+
+    held = [torch.ones(64 << 20, dtype=torch.uint8)]  # 64 MB resident before the step
+    runner = types.SimpleNamespace(device=torch.device("cpu"), step=lambda x, y: held.clear())
+    with steptime.cpu_memory_accounting():
+        peak = steptime.peak_step_memory(runner, None, None)
+    assert peak is None or peak >= 0
