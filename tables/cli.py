@@ -57,6 +57,7 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
 
 def cmd_table(args) -> int:
     from tables.generate import generate
+    from tasks.datasets import DatasetNotFoundError
 
     if args.name not in list_tables():
         print(f"error: unknown table {args.name!r}; choose from {', '.join(list_tables())}", file=sys.stderr)
@@ -97,6 +98,9 @@ def cmd_table(args) -> int:
             file=sys.stderr,
         )
         return 130
+    except DatasetNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)  # every cell would fail alike: no table, no error rows
+        return 2
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -39,6 +39,7 @@ from tables.spec import Row, Spec
 from tables.specs import get_spec
 from tasks import PROFILES
 from tasks.bad_data import one_line_error
+from tasks.datasets import DatasetNotFoundError
 
 DEFAULT_SEEDS = {"smoke": 1, "embedded": 2, "paper": 1}
 
@@ -227,7 +228,7 @@ class _Session:
         claim = CellClaim(self.work_root, cell)
         if not claim.acquire(wait=wait):
             return False
-        cached = False
+        cached = stopped = False
         try:
             entry = self.cache.load(cell)
             if entry is not None:
@@ -237,8 +238,12 @@ class _Session:
                 outcomes[cell.key] = self.run(cell)
             cached = outcomes[cell.key].error is None
             self.bar.update(1)
+        except DatasetNotFoundError:
+            stopped = True  # nothing ran: neither the claim's lock nor the work dir stays behind
+            shutil.rmtree(self.work_root / cell.key, ignore_errors=True)
+            raise
         finally:
-            claim.release(remove=cached)
+            claim.release(remove=cached or stopped)
         return True
 
     def run(self, cell: Cell) -> Outcome:
@@ -262,6 +267,8 @@ class _Session:
             result = result_dict(raw)
             if not result.get("diverged") and result.get(metric) is None:
                 raise ValueError(f"the run finished without a {metric!r} and did not diverge")
+        except DatasetNotFoundError:
+            raise  # the same for every cell of the table: it stops before writing (one line, exit 2)
         except NonFiniteError as err:
             # A divergence that escaped the task: a result like any other, cached.
             result = {"diverged": True, metric: None, "note": f"runner raised {one_line(err)}"}

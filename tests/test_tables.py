@@ -608,3 +608,23 @@ def test_cells_of_another_numerics_version_are_other_cells():
     spec = SPECS["table4"]
     plan = make_plan(spec, "smoke", [0], None, "1", kernels.NUMERICS)
     assert {c.numerics for c in plan.cells} == {kernels.NUMERICS}
+
+
+def test_missing_data_stops_the_table_before_writing_anything(tmp_path):
+    """A data root that is not there fails every cell alike: the first cell's error stops the table, with
+    no table, no error rows, no lock and no work dir left (it wrote 31 error rows and 31 locks)."""
+    from tasks.datasets import DatasetNotFoundError
+
+    calls = []
+
+    def runner(**cell):
+        calls.append(cell)
+        raise DatasetNotFoundError(f"ImageNet not found under {cell['data_root']}")
+
+    with pytest.raises(DatasetNotFoundError, match="not found under /nonexistent"):
+        generate("table4", profile="paper", data_root="/nonexistent", results_dir=tmp_path, runner=runner,
+                 progress=False)  # fmt: skip
+    assert len(calls) == 1
+    assert not list(tmp_path.glob("table4.*"))
+    assert not list((tmp_path / "work").rglob("*")), "a lock or work dir was left behind"
+    assert not list((tmp_path / "cache").rglob("*.json"))
