@@ -22,11 +22,13 @@ from typing import Any
 from mmengine.registry import DATASETS, MODELS
 from torch.utils.data import Dataset
 from torchvision import transforms as T
+from torchvision.datasets import MNIST, FashionMNIST
 
 import repro
 from repro.methods import METHODS
 from tasks import PROFILES
 from tasks import datasets as D
+from tasks import package_data as P
 from tasks.bad_data import SkipPolicy
 from tasks.models import MODELS as MODEL_SPECS
 from tasks.models import build_model
@@ -99,6 +101,10 @@ class ClassificationDataset(Dataset):
                 steps += [T.RandomResizedCrop(input_size), T.RandomHorizontalFlip()]
             else:
                 steps += [T.Resize(round(input_size / 0.875)), T.CenterCrop(input_size)]
+        elif (
+            dataset in P.PACKAGES
+        ):  # 28x28 grey: as three channels at the model's input size, no augmentation
+            steps += [T.Grayscale(num_output_channels=3), T.Resize((input_size, input_size), antialias=True)]
         else:
             if train and augment:  # CIFAR-10: 4-px padded random crops and flips (He et al. 2016)
                 steps += [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip()]
@@ -117,8 +123,12 @@ class ClassificationDataset(Dataset):
             self.base = D.image_folder(D.ensure_digits(root), "train" if train else "val", transform)
         elif dataset == D.SHAPES10:
             self.base = D.cifar10(D.ensure_shapes10(root), train, transform)
+        elif dataset in P.PACKAGES:
+            reader = FashionMNIST if dataset == P.FASHION_MNIST else MNIST
+            self.base = reader(str(P.ensure(dataset, root)), train=train, transform=transform, download=False)
         else:
-            raise ValueError(f"unknown dataset {dataset!r}; choose from imagenet, cifar10, digits, shapes10")
+            known = ", ".join(["imagenet", "cifar10", D.DIGITS, D.SHAPES10, *P.PACKAGES])
+            raise ValueError(f"unknown dataset {dataset!r}; choose from {known}")
         self.classes = list(self.base.classes)
         self.root = str(getattr(self.base, "root", root))  # where the split is read from, for error lines
         self.metainfo = {"dataset": dataset, "split": split, "classes": tuple(self.classes)}

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from tasks import package_data
 from tasks.bad_data import BadDataError, read_image
 from tasks.data_cache import ensure_set, read_manifest
 
@@ -388,6 +389,9 @@ def normalization(dataset: str, cache=None) -> tuple[tuple, tuple]:
         return IMAGENET_MEAN, IMAGENET_STD
     if dataset == "cifar10":
         return CIFAR10_MEAN, CIFAR10_STD
+    if dataset in package_data.PACKAGES:  # grey: one value for the three channels the models take
+        manifest = read_manifest(package_data.ensure(dataset, cache))
+        return (manifest["mean"],) * 3, (manifest["std"],) * 3
     folder = ensure_digits(cache) if dataset == DIGITS else ensure_shapes10(cache)
     manifest = read_manifest(folder)
     return tuple(manifest["mean"]), tuple(manifest["std"])

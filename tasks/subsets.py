@@ -11,6 +11,7 @@ def balanced_prefix(labels: Iterable[int], num_classes: int, limit: int) -> list
     seen: dict[int, int] = {}
     kept = []
     for i, label in enumerate(labels):
+        label = int(label)  # a tensor's items (torchvision's MNIST targets) hash by identity, not value
         if seen.get(label, 0) < per_class:
             seen[label] = seen.get(label, 0) + 1
             kept.append(i)

