@@ -631,3 +631,65 @@ def test_cpu_rejects_bad_arguments():
         y = backend.conv_forward(x, w, (1, 2), (1, 0), (1, 1), 1)
         assert y.dtype == torch.int32 and tuple(y.shape) == (1, 8, 5, 2)
         assert math.prod(y.shape) == y.numel()
+
+
+# ------------------------------------------------------------------------------------------------
+# every route at the int32 limit: +-127 operands, one sign per output channel, K just under 2^31 / 127^2
+
+LIMIT_K = 132_993  # 127^2 * K = 2,145,044,097, just under 2^31 - 1: sums at the int32 contract's edge
+
+
+def force_route(monkeypatch, route: str) -> None:
+    """Make `route` this process's convolution route (skip where the CPU cannot take it exactly)."""
+    if route == "native":
+        if not kernels.cpu.native.available():
+            pytest.skip("no native library here")
+        monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+        cpu.clear_route_caches()
+        return
+    if not cpu._onednn_exact():
+        pytest.skip("oneDNN's int8 convolution is not exact on this CPU")
+    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
+    if route == "im2col":
+        monkeypatch.setattr(cpu, "_onednn_exact", lambda: False)
+    elif route == "scan" and cpu._onednn_bounded():
+        pytest.skip("oneDNN needs the bounded guard here")
+    else:
+        monkeypatch.setattr(cpu, "_onednn_bounded", lambda: route == "bounded")
+
+
+def signed_rows(n: int, shape) -> torch.Tensor:
+    """n slices of +127 and -127 alternating (one sign per output channel), each of `shape`."""
+    t = torch.full((n, *shape), 127, dtype=torch.int8)
+    t[1::2] = -127
+    return t
+
+
+@pytest.mark.parametrize("route", ["scan", "bounded", "native", "im2col"])
+def test_every_route_is_exact_at_the_int32_limit(monkeypatch, route):
+    """Grouped and dilated forward passes, a depthwise weight gradient and linear_input_grad whose sums
+    reach +-127^2 * 132,993 (2^31 - 2.5M): through the oneDNN overflow fallback, the bounded guard's exact
+    route, the native GEMM and im2col + _int_mm."""
+    force_route(monkeypatch, route)
+    cin_g = LIMIT_K // 9
+    x = torch.full((1, 2 * cin_g, 3, 3), 127, dtype=torch.int8)
+    w = signed_rows(2, (cin_g, 3, 3))
+    want = reference.conv_forward(x, w, 1, 0, 1, 2)  # grouped: K = cin_g * 9 per group
+    assert want.abs().max() == 127**2 * cin_g * 9
+    assert_same(cpu.conv_forward(x, w, 1, 0, 1, 2), want, f"{route}: grouped forward")
+    xd = torch.full((1, cin_g, 5, 5), 127, dtype=torch.int8)
+    want = reference.conv_forward(xd, w, 1, 0, 2, 1)  # dilated 2: the 3x3 taps spread over 5x5
+    assert_same(cpu.conv_forward(xd, w, 1, 0, 2, 1), want, f"{route}: dilated forward")
+    side = 364  # 364^2 = 132,496 positions, the centre tap's sum
+    xw = torch.full((1, 2, side, side), 127, dtype=torch.int8)
+    g = signed_rows(2, (side, side)).unsqueeze(0)
+    want = reference.conv_weight_grad(xw, g, (2, 1, 3, 3), 1, 1, 1, 2)
+    assert want.abs().max() == 127**2 * side * side
+    assert_same(
+        cpu.conv_weight_grad(xw, g, (2, 1, 3, 3), 1, 1, 1, 2), want, f"{route}: depthwise weight grad"
+    )
+    gl = torch.full((2, LIMIT_K), 127, dtype=torch.int8)  # dL/dy, (M, N): the sum runs over N
+    wl = signed_rows(3, (LIMIT_K,)).t().contiguous()  # the weight (N, K), one sign per input feature
+    want = reference.linear_input_grad(gl, wl)
+    assert want.abs().max() == 127**2 * LIMIT_K
+    assert_same(cpu.linear_input_grad(gl, wl), want, f"{route}: linear input grad")
