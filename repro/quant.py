@@ -48,14 +48,6 @@ def quantize(
     return kernels.get_backend(x.device).quantize(x, scale, axis, rounding, generator)
 
 
-def float_inplace(acc: torch.Tensor) -> torch.Tensor:
-    """acc.float() for an int32 accumulator the caller owns, converted in its own storage (int32 and fp32
-    slots are both 4 bytes). acc must not be used afterwards."""
-    if acc.dtype != torch.int32 or not kernels.native.is_dense(acc):
-        return acc.float()
-    return acc.view(torch.float32).copy_(acc)
-
-
 def dequantize(q: torch.Tensor, scale: torch.Tensor | float, axis: int | None = None) -> torch.Tensor:
     s = torch.as_tensor(scale, dtype=torch.float32, device=q.device)
     if axis is not None and s.dim() > 0:
