@@ -16,8 +16,9 @@ Which torch ops run (timings: ``python -m kernels.bench``):
     (``torch.aminmax``) and a batch chunk with any |value| >= 2^24 is recomputed exactly by im2col +
     ``torch._int_mm``.
   - bounded (AMX, or wherever the probe ``_compensation_rounds`` fails): oneDNN's AMX kernels round the
-    uncompensated sum of (x + 128) * w to fp32 before subtracting 128 * sum(w), so a small output can
-    be wrong and the scan cannot see it. The weights alone must prove it: the input channels are split
+    uncompensated sum of (x + 128) * w to fp32 before subtracting 128 * sum(w) (the reading that fits
+    the failures measured on an AMX Xeon, docs/measurements.md), so a small output can be wrong and the
+    scan cannot see it. The weights alone must prove it: the input channels are split
     into at most 8 blocks in each of which (255 + 128) * ||w_oc||_1 < 2^24 (every sum either order can
     form), each block's fp32 output is exact, and the blocks' int32 outputs are added. Beyond 8 blocks
     (or a grouped weight over the bound) the convolution goes to im2col + ``torch._int_mm``.
