@@ -87,7 +87,7 @@ step-audit:
 .PHONY: mutation
 mutation:
 	$(PIP) install $(PIN) mutmut==3.8.1
-	$(BIN)/mutmut run --max-children 2 $(MUTANTS) | tail -n 3
+	OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children 2 $(MUTANTS) | tail -n 3
 	$(BIN)/mutmut export-cicd-stats > /dev/null
 	@$(BIN)/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
 	  caught, sv, nt, su = s["killed"] + s["timeout"], s["survived"], s["no_tests"], s["suspicious"]; \
