@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from repro.methods import build_method, list_methods
+from repro.methods.daiq import mcs_update
 from repro.methods.ui8 import cosine_distance, lr_factor, search_clip
 
 
@@ -59,9 +60,29 @@ def test_daiq_state_round_trips_exactly():
     a.grad(crafted_gradient(seed=1), 1)
     b = build_method("daiq").make_layer_quantizer()
     b.load_state_dict(a.state_dict())
-    g = crafted_gradient(seed=2)
-    assert torch.equal(a.grad(g, 1).gw_scale, b.grad(g, 1).gw_scale)
+    # a different max than the first step's: a lost s_{c,t-1} restarts at max|g_c| and shows
+    g = crafted_gradient(seed=2) * 0.5
+    fresh = build_method("daiq").make_layer_quantizer().grad(g, 1).gw_scale
+    s_a, s_b = a.grad(g, 1).gw_scale, b.grad(g, 1).gw_scale
+    assert torch.equal(s_a, s_b)
+    assert not torch.equal(s_b, fresh), "the restored state did not carry s_{c,t-1}"
     assert a.step == b.step == 2
+
+
+def test_mcs_takes_the_gaussian_rule_only_above_lambda():
+    """Algorithm 1: max|g_c| when P(|g| > sigma) > lambda, the Inverted-T recurrence otherwise (at
+    equality too)."""
+    gmax, prev = torch.tensor([2.0, 2.0]), torch.tensor([1.0, 1.0])
+    above = torch.tensor([0.5, 0.75])
+    s = mcs_update(gmax, above, prev, k=1.0, A=0.8, lam=0.5)
+    assert s.tolist() == pytest.approx([0.2 * 1.0 + 0.8 * 2.0, 2.0])
+
+
+def test_gq_counts_its_backward_passes():
+    q = build_method("gq").make_layer_quantizer()
+    for _ in range(3):
+        q.grad(crafted_gradient(), 1)
+    assert q.step == 3 and q.state_dict()["step"] == 3
 
 
 def test_gvq_scales_per_channel_for_gw_and_per_tensor_for_gx():
