@@ -78,6 +78,30 @@ def test_mcs_takes_the_gaussian_rule_only_above_lambda():
     assert s.tolist() == pytest.approx([0.2 * 1.0 + 0.8 * 2.0, 2.0])
 
 
+def test_mcs_falls_back_to_max_when_the_recurrence_reaches_zero():
+    """k*A > 1 can drive s to 0 exactly (here -0.5 * 3 + 0.75 * 2): a clip value of 0 would zero the
+    channel's codes; it falls back to max|g_c|."""
+    s = mcs_update(torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([3.0]), k=2.0, A=0.75, lam=0.5)
+    assert s.tolist() == [2.0]
+
+
+def test_daiq_state_of_a_quantizer_that_never_ran_round_trips():
+    """A checkpoint before the first backward pass: no s_{c,t-1} yet."""
+    b = build_method("daiq").make_layer_quantizer()
+    b.load_state_dict(build_method("daiq").make_layer_quantizer().state_dict())
+    assert b.scale is None and b.step == 0
+
+
+@pytest.mark.parametrize("options", [{"lam": 0.0}, {"lam": 1.0}, {"A": 1e-3}])
+def test_daiq_option_bounds_are_inclusive_where_the_paper_allows(options):
+    assert build_method("daiq", **options).opts[next(iter(options))] == next(iter(options.values()))
+
+
+def test_daiq_a_of_zero_is_refused_naming_it():
+    with pytest.raises(ValueError, match="A must be positive, got 0.0"):
+        build_method("daiq", A=0)
+
+
 def test_gq_counts_its_backward_passes():
     q = build_method("gq").make_layer_quantizer()
     for _ in range(3):

@@ -85,3 +85,24 @@ def test_non_finite_input_raises_the_divergence_error(bad):
     x[3] = bad
     with pytest.raises(NonFiniteError):
         quantize(x, 1.0, rounding="stochastic")
+
+
+def test_dequantize_scales_per_tensor_and_per_channel_and_names_a_bad_scale():
+    q = torch.tensor([[127, -64], [0, 127]], dtype=torch.int8)
+    want = torch.tensor([[2.0, -128 / 127], [0.0, 2.0]])
+    torch.testing.assert_close(dequantize(q, 2.0), want)
+    torch.testing.assert_close(dequantize(q, torch.tensor(2.0), axis=1), want)  # a 0-d scale: per tensor
+    per_channel = dequantize(q, torch.tensor([1.0, 4.0]), axis=1)
+    torch.testing.assert_close(per_channel, torch.tensor([[1.0, -256 / 127], [0.0, 4.0]]))
+    assert dequantize(q, torch.tensor(1.0, dtype=torch.float64)).dtype == torch.float32
+    with pytest.raises(ValueError, match=r"needs one scale, got shape \(2,\)"):
+        dequantize(q, torch.tensor([1.0, 4.0]))
+
+
+def test_the_divergence_error_names_the_tensor_and_its_shape():
+    from repro.quant import check_finite
+
+    with pytest.raises(NonFiniteError, match=r"non-finite values in tensor of shape \(2, 3\)"):
+        check_finite(torch.full((2, 3), float("nan")))
+    with pytest.raises(NonFiniteError, match=r"in activations of shape \(1,\)"):
+        check_finite(torch.tensor([float("inf")]), "activations")
