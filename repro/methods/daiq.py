@@ -24,14 +24,6 @@ from repro.methods import register
 from repro.methods.base import GradCodes, LayerQuantizer, Method
 
 
-def channel_stats(g: torch.Tensor, channel_axis: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """max|g| and the discriminator's P(|g| > sigma) per channel (or for the whole tensor if None)."""
-    backend = kernels.get_backend(g.device)
-    gmax, sigma = backend.channel_stats(g, channel_axis)
-    _, counts = backend.quantize(g, gmax.max(), None, "nearest", above=(channel_axis, sigma))
-    return gmax, _fraction(counts, g, channel_axis)
-
-
 def _fraction(counts: torch.Tensor, g: torch.Tensor, channel_axis: int | None) -> torch.Tensor:
     n = g.numel() // (1 if channel_axis is None else max(1, g.shape[channel_axis]))
     above = counts.to(torch.float64).div_(max(1, n)).float()
