@@ -135,10 +135,18 @@ def test_unsupported_padding_mode_stays_float_with_one_warning():
     model(torch.randn(1, 3, 8, 8)).sum().backward()
 
 
-def test_input_without_grad_skips_the_input_gradient():
+def test_input_without_grad_skips_the_input_gradient(monkeypatch):
+    from kernels import cpu
+
+    calls, real = [], cpu.conv_input_grad
+    monkeypatch.setattr(cpu, "conv_input_grad", lambda *a, **k: calls.append(1) or real(*a, **k))
     conv = quantize_model(nn.Conv2d(3, 4, 3), "daiq", skip=())
-    conv(torch.randn(2, 3, 6, 6)).sum().backward()
+    x = torch.randn(2, 3, 6, 6)
+    conv(x).sum().backward()
     assert conv.weight.grad is not None
+    assert not calls, "the input gradient was computed for an input that needs none"
+    conv(x.clone().requires_grad_()).sum().backward()
+    assert len(calls) == 1
 
 
 LAYOUTS = [

@@ -59,6 +59,9 @@ def test_zero_scale_quantizes_to_zero():
 def test_nearest_is_deterministic():
     x = torch.randn(1000)
     assert torch.equal(quantize(x, 1.0), quantize(x, 1.0))
+    # and it is the nearest code of the clipped value, whatever the generator's state
+    torch.manual_seed(5)
+    assert torch.equal(quantize(x, 1.0), (x.clamp(-1, 1) * 127).round().to(torch.int8))
 
 
 def test_stochastic_rounding_is_unbiased_and_random():
