@@ -12,6 +12,8 @@ REPRO_FAULT_NAN_FLAG_AT=N     a GPU-style deferred NaN flag (kernels.errors) set
 REPRO_FAULT_CELL_LOG=PATH     table cells of the classification task do not train: each appends
                               "<pid> <model> <method> <options> <seed>" to PATH and returns a made-up
                               result after REPRO_FAULT_CELL_S seconds (default 0.3)
+REPRO_FAULT_CELL_BARRIER=DIR,N  before its first cell, a process waits until N processes have reached
+                              that point (one file each in DIR), so that racing processes really race
 """
 
 from __future__ import annotations
@@ -85,7 +87,23 @@ top1.CrossEntropyClassifier.forward = forward
 CELL_LOG = os.environ.get("REPRO_FAULT_CELL_LOG")
 
 
+def _barrier() -> None:
+    spec = os.environ.get("REPRO_FAULT_CELL_BARRIER")
+    if not spec or _barrier.passed:
+        return
+    folder, n = spec.rsplit(",", 1)
+    open(os.path.join(folder, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 120
+    while len(os.listdir(folder)) < int(n) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _barrier.passed = True
+
+
+_barrier.passed = False
+
+
 def fake_cell(model, method, profile, seed, method_options=None, **kw) -> dict:
+    _barrier()
     time.sleep(float(os.environ.get("REPRO_FAULT_CELL_S", "0.3")))
     options = json.dumps(method_options or {}, sort_keys=True)
     fd = os.open(CELL_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

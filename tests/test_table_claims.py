@@ -20,8 +20,15 @@ FAULTS = Path(__file__).resolve().parent / "faults.py"
 def test_two_table_processes_never_run_a_cell_twice(tmp_path):
     """Real `repro table table4 --profile smoke` processes racing on one results directory; their cells
     do not train (tests/faults.py REPRO_FAULT_CELL_LOG: 0.3 s each, logged), so the race takes seconds."""
-    log, results = tmp_path / "cells.log", tmp_path / "results"
-    env = dict(os.environ, REPRO_FAULT_CELL_LOG=str(log), OMP_NUM_THREADS="1")
+    log, results, barrier = tmp_path / "cells.log", tmp_path / "results", tmp_path / "barrier"
+    barrier.mkdir()
+    # both processes start their cells together (one imports slower than the other cannot run them all)
+    env = dict(
+        os.environ,
+        REPRO_FAULT_CELL_LOG=str(log),
+        REPRO_FAULT_CELL_BARRIER=f"{barrier},2",
+        OMP_NUM_THREADS="1",
+    )
     cmd = [sys.executable, str(FAULTS), "table", "table4", "--profile", "smoke"]
     cmd += ["--results-dir", str(results), "--no-progress"]
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
