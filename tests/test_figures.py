@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import json
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from tables.figures import daiq_figure4
 
@@ -28,6 +30,9 @@ def _bench_json(path, kind="cuda"):
 def test_daiq_figure4_draws_int8_over_half_per_convolution(tmp_path, kind):
     png, csv_path = daiq_figure4.draw(_bench_json(tmp_path / "b.json", kind), tmp_path / "out")
     assert png.stat().st_size > 10_000
+    with Image.open(png) as image:  # a real image with something drawn on it, not a blank canvas
+        pixels = np.asarray(image.convert("L"), dtype=np.float64)
+    assert min(pixels.shape) >= 300 and pixels.std() > 10 and (pixels < 128).mean() > 0.005
     rows = list(csv.DictReader(csv_path.open()))
     assert {r["layer"] for r in rows} == {"64-56-64-1-1", "64-56-64-3-1"}  # convolutions only
     assert len(rows) == 6
