@@ -175,11 +175,6 @@ def dequantize(
 # torch fallback (no compiler on this machine): the same arithmetic, one torch op per step
 
 
-def _memory_order(x: torch.Tensor) -> torch.Tensor:
-    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), -x.shape[d]))
-    return x.permute(order)
-
-
 def _torch_absmax(x: torch.Tensor, axis: int | None) -> torch.Tensor:
     x = x.detach().float()
     if not bool(torch.isfinite(x.sum())):

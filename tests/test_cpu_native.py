@@ -175,6 +175,46 @@ def test_torch_fallback_has_the_same_nearest_codes(monkeypatch):
     assert torch.equal(cpu_quantize.quantize(x, cpu_quantize.absmax(x, 1), 1), want)
 
 
+@pytest.mark.parametrize("axis", [None, 1])
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+def test_torch_fallback_agrees_with_the_native_code(monkeypatch, axis, layout):
+    """Without a compiler the quantizer runs in torch ops: the same max, statistics, nearest codes, counts
+    above the thresholds and epilogue; stochastic codes from another noise stream, but floor or ceil."""
+    gen = torch.Generator().manual_seed(7)
+    x = LAYOUTS[layout](
+        torch.randn(4, 16, 6, 6, generator=gen) * torch.linspace(0.5, 3, 16).view(1, -1, 1, 1)
+    )
+    acc = LAYOUTS[layout](torch.randint(-(2**20), 2**20, (4, 16, 6, 6), generator=gen, dtype=torch.int32))
+
+    def run():
+        amax = cpu_quantize.absmax(x, axis)
+        stats = cpu_quantize.channel_stats(x, axis)
+        codes, counts = cpu_quantize.quantize(x, amax, axis, "nearest", above=(axis, stats[1]))
+        noisy = cpu_quantize.quantize(x, amax, axis, "stochastic", generator=torch.Generator().manual_seed(1))
+        outs = [
+            cpu_quantize.dequantize(acc.clone(), amax, axis, dtype)
+            for dtype in (torch.float32, torch.bfloat16)
+        ]
+        return amax, stats, codes, counts, noisy, outs
+
+    want = run()
+    monkeypatch.setattr(native, "library", lambda: None)
+    got = run()
+    assert torch.equal(got[0], want[0])
+    assert torch.equal(got[1][0], want[1][0]) and torch.allclose(got[1][1], want[1][1], rtol=1e-5)
+    assert torch.equal(got[2], want[2]) and torch.equal(got[3].reshape(-1), want[3].reshape(-1))
+    v = reference_codes(x, want[0], axis).float()  # nearest; the noisy codes are within one step of it
+    assert (got[4].float() - v).abs().max() <= 1 and not torch.equal(got[4], want[2])
+    for a, b in zip(got[5], want[5], strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    bad = x.clone()
+    bad[0, 0, 0, 0] = float("nan")
+    for call in (lambda: cpu_quantize.absmax(bad, axis), lambda: cpu_quantize.channel_stats(bad, axis),
+                 lambda: cpu_quantize.quantize(bad, want[0], axis)):  # fmt: skip
+        with pytest.raises(NonFiniteError):
+            call()
+
+
 @pytest.mark.parametrize(
     "m,k,n", [(1, 1, 1), (7, 3, 5), (13, 33, 17), (50, 513, 40), (130, 1025, 200), (9, 5000, 7)]
 )
