@@ -86,7 +86,6 @@ step-audit:
 # survivors. Tens of minutes on 2 cores. MUTANTS="name ..." reruns some.
 .PHONY: mutation
 mutation:
-	$(PIP) install $(PIN) mutmut==3.8.1
 	OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children 2 $(MUTANTS) | tail -n 3
 	$(BIN)/mutmut export-cicd-stats > /dev/null
 	@$(BIN)/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
