@@ -73,6 +73,14 @@ def add_train_arguments(parser: argparse.ArgumentParser, task_choice: bool = Tru
         help="keep logs and checkpoints here; run again to resume (default: a temp dir, removed)",
     )
     parser.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="least seconds between checkpoints in --work-dir (default: 60 at smoke and embedded, so a "
+        "smoke run saves none; 0 at paper); 0 saves at every chance, e.g. to try resuming a smoke run",
+    )
+    parser.add_argument(
         "--skip-bad-samples",
         action="store_true",
         help="skip unreadable images and frames instead of stopping (listed in the log and the result)",
@@ -138,6 +146,14 @@ def _train(args) -> int:
             file=sys.stderr,
         )
     cfg_options = dict(args.cfg_options or {})
+    if args.checkpoint_interval is not None:
+        if not args.checkpoint_interval >= 0:
+            print(
+                f"error: --checkpoint-interval takes seconds >= 0, got {args.checkpoint_interval}",
+                file=sys.stderr,
+            )
+            return 2
+        cfg_options["default_hooks.checkpoint.min_interval_s"] = args.checkpoint_interval
     if args.launcher != "none":
         cfg_options["launcher"] = args.launcher
     try:

@@ -285,3 +285,21 @@ def test_cli_malformed_key_value_pairs_exit_2_with_one_line(capsys, flag, pairs,
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("interval, saved", [(None, False), ("0", True)])
+def test_cli_checkpoint_interval_lets_a_smoke_run_save_checkpoints(tmp_path, capsys, interval, saved):
+    """A smoke run saves no checkpoint by default (60 s apart at least); --checkpoint-interval 0 saves them,
+    so that resuming can be tried in a minute."""
+    argv = ["train", "--model", "mobilenet_v2", "--method", "fp32", "--profile", "smoke"]
+    argv += ["--paper-dataset", "cifar10", "--work-dir", str(tmp_path / "run")]
+    argv += ["--cfg-options", "train_cfg.max_epochs=1", "log_level=ERROR"]
+    argv += [] if interval is None else ["--checkpoint-interval", interval]
+    assert main_command(argv) == 0
+    assert bool(list((tmp_path / "run").rglob("*.pth"))) is saved
+
+
+def test_cli_negative_checkpoint_interval_is_one_line(capsys):
+    argv = ["train", "--model", "resnet18", "--method", "fp32", "--profile", "smoke", "--checkpoint-interval"]
+    assert main_command([*argv, "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --checkpoint-interval takes seconds >= 0, got -1.0"
