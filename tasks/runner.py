@@ -34,6 +34,7 @@ scores (top-1, mAP, ...).
 from __future__ import annotations
 
 import copy
+import difflib
 import gc
 import hashlib
 import inspect
@@ -41,6 +42,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -336,6 +338,39 @@ def enable_skipping(cfg: Config) -> None:
         dataset["skip_bad"] = True
 
 
+NEW_KEYS_EXPECTED = ("custom_hooks", "custom_imports", "launcher", "randomness", "resume", "load_from")
+
+
+def warn_new_keys(cfg: Config, cfg_options: dict) -> list[str]:
+    """Warn (and return the warnings) for every --cfg-options key whose path the config does not hold:
+    MMEngine adds it as a new key, which is right for a new hook and a silent no-op for a typo."""
+    found = []
+    tree = cfg.to_dict()
+    for key in cfg_options:
+        node, path = tree, []
+        for part in key.split("."):
+            if not isinstance(node, dict):
+                break  # into a list or a value: MMEngine's own merge decides
+            if part not in node:
+                if path == ["default_hooks"] or (not path and part in NEW_KEYS_EXPECTED):
+                    break  # a new hook, or a key MMEngine's Runner takes without a default here
+                close = difflib.get_close_matches(part, [str(k) for k in node], n=3)
+                where = ".".join(path) or "the run's config"
+                hint = (
+                    f" (did you mean {', '.join(repr('.'.join([*path, c])) for c in close)}?)"
+                    if close
+                    else ""
+                )
+                found.append(
+                    f"--cfg-options {key}: {where} has no key {part!r}{hint}; MMEngine adds it as a new key"
+                )
+                break
+            node, path = node[part], [*path, part]
+    for text in found:
+        warnings.warn(text, UserWarning, stacklevel=2)
+    return found
+
+
 def run_config(
     build: Callable[[str], Config | dict],
     *,
@@ -372,6 +407,7 @@ def run_config(
         else:
             configure_checkpoints(cfg, profile)
         if cfg_options:
+            warn_new_keys(cfg, cfg_options)
             cfg.merge_from_dict(copy.deepcopy(cfg_options))
         cfg.train_cfg = resumable_loop(cfg.train_cfg)
         if skip_bad_samples:

@@ -303,3 +303,29 @@ def test_cli_negative_checkpoint_interval_is_one_line(capsys):
     argv = ["train", "--model", "resnet18", "--method", "fp32", "--profile", "smoke", "--checkpoint-interval"]
     assert main_command([*argv, "-1"]) == 2
     assert capsys.readouterr().err.strip() == "error: --checkpoint-interval takes seconds >= 0, got -1.0"
+
+
+def test_cli_unknown_config_keys_are_warned_with_a_suggestion(capsys):
+    """MMEngine adds a key the config lacks (right for a new hook, a silent no-op for a typo): warned,
+    with the nearest existing key."""
+    argv = ["train", "--model", "mobilenet_v2", "--method", "fp32", "--profile", "smoke"]
+    argv += ["--paper-dataset", "cifar10", "--cfg-options", "train_cfg.max_epochs=1", "log_level=ERROR"]
+    with pytest.warns(UserWarning) as record:
+        assert main_command([*argv, "optim_wraper.optimizer.lr=0.1"]) == 0
+    texts = [str(w.message) for w in record if "--cfg-options" in str(w.message)]
+    assert len(texts) == 1 and "no key 'optim_wraper' (did you mean 'optim_wrapper'?)" in texts[0], texts
+
+
+def test_new_nested_config_keys_are_named_with_the_nearest_one():
+    from mmengine.config import Config
+
+    from tasks.runner import warn_new_keys
+
+    cfg = Config(dict(train_cfg=dict(max_epochs=3), default_hooks=dict(logger=dict(interval=1))))
+    options = {"train_cfg.max_epochs": 1, "train_cfg.max_epoch": 2, "default_hooks.logger.intervall": 5}
+    options |= {"default_hooks.int8.type": "Int8TrainingHook", "custom_hooks": [], "launcher": "none"}
+    with pytest.warns(UserWarning):
+        found = warn_new_keys(cfg, options)
+    assert len(found) == 2, found  # a new hook and the Runner's own keys are expected, not warned
+    assert "train_cfg has no key 'max_epoch' (did you mean 'train_cfg.max_epochs'?)" in found[0]
+    assert "logger has no key 'intervall' (did you mean 'default_hooks.logger.interval'?)" in found[1]
