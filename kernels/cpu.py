@@ -468,14 +468,13 @@ _REFUSED: set = set()
 
 
 def _prepack_blocks(wq, blocks, s, p, d, groups: int, xq, chunk: int) -> list | None:
-    """One prepacked weight per input-channel block, or None if oneDNN refuses the shape."""
+    """One prepacked weight per input-channel block, or None if oneDNN refuses the shape. Blocks split
+    ungrouped weights only, so a block's input has (c1 - c0) * groups channels either way."""
     n = min(xq.shape[0], chunk)
     try:
-        shapes = [
-            (n, (c1 - c0) * groups, *xq.shape[2:]) for c0, c1 in blocks
-        ]  # blocks split groups == 1 only
         return [
-            _prepack(wq[:, c0:c1], s, p, d, groups, x) for (c0, c1), x in zip(blocks, shapes, strict=True)
+            _prepack(wq[:, c0:c1], s, p, d, groups, (n, (c1 - c0) * groups, *xq.shape[2:]))
+            for c0, c1 in blocks
         ]
     except RuntimeError:
         return None
