@@ -109,7 +109,7 @@ clean:
 # Paper tables: `make table4` (DAIQ's numbering: table1 ... table4), `make ui8-table3` ... `make ui8-table7`,
 # `make wageubn-table1`, `make wageubn-table2`; `make tables` for all. Each writes results/<name>.md and .csv
 # and reuses every cell cached under results/cache. PROFILE=smoke|embedded|paper; SEEDS defaults per
-# profile (smoke 1, embedded 2, paper 1); DATA_ROOT for the paper profile; RESULTS for the output directory.
+# profile (smoke 1, embedded 3, paper 1); DATA_ROOT for the paper profile; RESULTS for the output directory.
 PROFILE   ?= embedded
 SEEDS     ?=
 DATA_ROOT ?=

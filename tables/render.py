@@ -21,7 +21,9 @@ import pandas as pd
 from kernels import devices
 from kernels.atomic import write_file
 from tables import provenance
+from tables.delta_interval import delta_interval
 from tables.spec import PAPER_DATASETS, Row
+from tasks.top1 import unpack_flags
 
 CSV_COLUMNS = [
     "model",
@@ -42,6 +44,8 @@ CSV_COLUMNS = [
     "int8_std",
     "delta",
     "delta_std",
+    "delta_ci95",
+    "delta_test_se",
     "fp32_ms_per_iter",
     "int8_ms_per_iter",
     "status",
@@ -59,6 +63,8 @@ CSV_COLUMNS = [
 GENERIC_NOTES = (
     "FP32 and INT8 are means over seeds (± standard deviation when more than one seed finished); "
     "Δ = INT8 − FP32 of the means, ± the spread of the per-seed differences.",
+    "Δ 95% CI: the seeds' spread (Student's t) and the test set's paired error image by image, combined "
+    "(tables/delta_interval.py); none with one seed. delta_test_se in the CSV is the test set's share.",
     "Paper Δ marked † is computed from the paper's FP32 and INT8; the paper prints no Δ there.",
     "One FP32 baseline run per model, dataset and seed serves every row of that model.",
 )
@@ -158,7 +164,16 @@ def summarize(plan, outcomes: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
             "notes": " ".join(f"[{m}] {t}" for m, t in zip(marks, texts, strict=True)),
             "_marks": marks,
         }
-        for col in ("fp32", "fp32_std", "int8", "int8_std", "delta", "delta_std"):
+        for col in (
+            "fp32",
+            "fp32_std",
+            "int8",
+            "int8_std",
+            "delta",
+            "delta_std",
+            "delta_ci95",
+            "delta_test_se",
+        ):
             rec[col] = None
         rec.update(fp32_ms_per_iter=None, int8_ms_per_iter=None, simulated=False, n_fp32=0, n_int8=0)
         rec.update(dataset="", epochs="")
@@ -186,7 +201,7 @@ def summarize(plan, outcomes: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """One runnable row's measured columns and status from its cells' outcomes; and what data it saw."""
-    fp32_vals, int8_vals, diffs, fp32_ms, int8_ms = [], [], [], [], []
+    fp32_vals, int8_vals, diffs, fp32_ms, int8_ms, flag_pairs = [], [], [], [], [], []
     errors, pending = [], 0
     diverged = {"fp32": 0, "int8": 0}
     simulated = False
@@ -213,12 +228,14 @@ def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str,
             if res.get("ms_per_iter") is not None:
                 (fp32_ms if which == "fp32" else int8_ms).append(float(res["ms_per_iter"]))
             per_seed[which] = _metric(res, metric)
+            per_seed[f"{which}_flags"] = unpack_flags(res.get("val_correct")) if metric == "top1" else None
         if per_seed.get("fp32") is not None:
             fp32_vals.append(per_seed["fp32"])
         if per_seed.get("int8") is not None:
             int8_vals.append(per_seed["int8"])
         if per_seed.get("fp32") is not None and per_seed.get("int8") is not None:
             diffs.append(per_seed["int8"] - per_seed["fp32"])
+            flag_pairs.append((per_seed["int8_flags"], per_seed["fp32_flags"]))
 
     m: dict[str, Any] = {}
     m["fp32"], m["fp32_std"] = _mean_std(fp32_vals)
@@ -226,6 +243,8 @@ def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str,
     if m["fp32"] is not None and m["int8"] is not None:
         m["delta"] = m["int8"] - m["fp32"]
         m["delta_std"] = statistics.stdev(diffs) if len(diffs) > 1 else None
+        interval = delta_interval(diffs, flag_pairs)
+        m["delta_ci95"], m["delta_test_se"] = interval.half_width, interval.test_se
     m["fp32_ms_per_iter"] = statistics.fmean(fp32_ms) if fp32_ms else None
     m["int8_ms_per_iter"] = statistics.fmean(int8_ms) if int8_ms else None
     m["simulated"] = simulated
@@ -333,6 +352,12 @@ def _signed(value, std=None) -> str:
     return text
 
 
+def _interval(delta, half_width) -> str:
+    if delta is None or half_width is None or math.isnan(float(half_width)):
+        return ""
+    return f"[{delta - half_width:+.2f}, {delta + half_width:+.2f}]"
+
+
 def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -347,7 +372,8 @@ def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
     show_opts = any(frame["options"])
     show_bits = any(frame["bits"])
     cols = ["Model", "Method"] + (["Options"] if show_opts else []) + (["Bits"] if show_bits else [])
-    cols += ["Paper FP32", "Paper INT8", "Paper Δ", "FP32", "INT8", "Δ", "FP32 ms/iter", "INT8 ms/iter"]
+    cols += ["Paper FP32", "Paper INT8", "Paper Δ", "FP32", "INT8", "Δ", "Δ 95% CI", "FP32 ms/iter"]
+    cols += ["INT8 ms/iter"]
     cols += ["Status"]
     lines.append("| " + " | ".join(cols) + " |")
     lines.append(
@@ -372,6 +398,7 @@ def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
             _num(rec["fp32"], rec["fp32_std"]),
             _num(rec["int8"], rec["int8_std"]),
             _signed(rec["delta"], rec["delta_std"]),
+            _interval(rec["delta"], rec["delta_ci95"]),
             _num(rec["fp32_ms_per_iter"], digits=1),
             _num(rec["int8_ms_per_iter"], digits=1),
             rec["status"],

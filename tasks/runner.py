@@ -124,6 +124,7 @@ class RunRecorder(Hook):
         self.epoch_losses: list[float] = []
         self.epoch_mean: float | None = None
         self.metrics: dict[str, float] = {}
+        self.per_sample: dict[str, list] = {}  # what a metric keeps image by image (its `per_sample`)
         self.validated = False
         self.phase = "before training"
         self.skip_policies: list = []
@@ -176,6 +177,8 @@ class RunRecorder(Hook):
         self.validated = True
         if metrics:
             self.metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+        for metric in getattr(getattr(runner, "val_evaluator", None), "metrics", []):
+            self.per_sample.update(getattr(metric, "per_sample", {}))
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         checkpoint[RECORDER_KEY] = {

@@ -109,11 +109,20 @@ def test_cli_rejects_an_unknown_profile(profile, capsys):
 def test_kept_results_are_read_and_a_missing_table_is_inconclusive(tmp_path):
     kept = tmp_path / "kept"
     kept.mkdir()
-    rows = [_row("Ours", method=m, int8=None, delta=d, delta_std=0.1, n_fp32=2) for m, d in
+    rows = [_row("Ours", method=m, int8=None, delta=d, delta_std=0.1, n_fp32=2, delta_ci95=0.5) for m, d in
             (("daiq", -0.2), ("ui8", 0.1), ("dorefa", -60.0))]  # fmt: skip
     for name in claims.CLOSE_TO_FP32_TABLES:
         pd.DataFrame(rows).to_csv(kept / f"{name}.csv", index=False)
-    two_bit = _row("Ours (2-bit W)", int8=None, delta=-8.0, delta_std=0.1, n_fp32=2, bits="2/8/8", model="m2")
+    two_bit = _row(
+        "Ours (2-bit W)",
+        int8=None,
+        delta=-8.0,
+        delta_std=0.1,
+        n_fp32=2,
+        bits="2/8/8",
+        model="m2",
+        delta_ci95=0.5,
+    )
     pd.DataFrame([*rows, two_bit]).to_csv(kept / "ui8-table7.csv", index=False)
     ctx = Context(profile="embedded", results_dir=tmp_path / "out", kept=kept)
     frame = claims.evaluate(ctx, [c for c in claims.CLAIMS if c.key in ("close-to-fp32", "ui8-clipping")])
@@ -172,3 +181,33 @@ def test_a_period_that_cannot_be_shown_to_lose_under_a_point_is_inconclusive():
     assert claims._period_costs_little(context(ui8_table5=tight, ui8_table2=speed)).verdict == REPRODUCED
     v = claims._period_costs_little(context(ui8_table5=noisy, ui8_table2=speed))
     assert v.verdict == INCONCLUSIVE and "spread is wider" in v.reason
+
+
+def test_within_a_point_reads_the_whole_interval():
+    assert claims.within_a_point(-0.2, 0.5) == "inside"
+    assert claims.within_a_point(-0.7, 0.5) == "straddles"  # [-1.2, -0.2]
+    assert claims.within_a_point(-1.6, 0.5) == "outside"
+    assert claims.within_a_point(1.6, 0.5) == "outside"  # a gain beyond a point is outside the claim too
+    assert claims.within_a_point(-0.2, None) == "unknown"
+
+
+@pytest.mark.parametrize(
+    "half, n, verdict",
+    [(0.4, 3, REPRODUCED), (0.9, 3, INCONCLUSIVE), (None, 1, INCONCLUSIVE)],
+)
+def test_close_to_fp32_verdict_follows_the_intervals(half, n, verdict):
+    rows = [
+        _row("Ours", method="daiq", int8=None, delta=-0.3, delta_std=None, n_fp32=n, n=n, delta_ci95=half)
+    ]
+    frames = {name.replace("-", "_"): rows for name in claims.CLOSE_TO_FP32_TABLES}
+    v = claims._close_to_fp32(context(**frames))
+    assert v.verdict == verdict, v
+    outside = [_row("Ours", method="ui8", int8=None, delta=-2.0, n_fp32=3, n=3, delta_ci95=0.5)]
+    frames = {name.replace("-", "_"): rows + outside for name in claims.CLOSE_TO_FP32_TABLES}
+    assert claims._close_to_fp32(context(**frames)).verdict == NOT_REPRODUCED
+
+
+def test_tables_kept_without_an_interval_get_the_seeds_share():
+    r = pd.Series(dict(delta_std=0.3, n_int8=3, n_fp32=3))
+    assert claims._half_width(r) == pytest.approx(4.302653 * 0.3 / 3**0.5, rel=1e-5)
+    assert claims._half_width(pd.Series(dict(delta_std=0.3, n_int8=1, n_fp32=3))) is None

@@ -16,6 +16,7 @@ from tasks import get_task, list_tasks
 from tasks import models as M
 from tasks.classification import RECIPE_VERSION, build_config, input_size, recipe, run
 from tasks.runner import RunResult, check_loss
+from tasks.top1 import unpack_flags
 
 
 @pytest.fixture(autouse=True)
@@ -186,6 +187,18 @@ def test_smoke_run_daiq_returns_a_sane_result():
     _sane(result, "resnet18", "daiq", "digits")
     assert result.paper_dataset == "imagenet" and result.method_options == {"k": 1.2} and result.seed == 1
     assert result.iters == 6  # 30 images, batch 8, drop_last, 2 epochs
+    flags = unpack_flags(result.val_correct)  # which validation images were right, for paired errors
+    assert len(flags) == 40 and 100.0 * sum(flags) / 40 == pytest.approx(result.top1)
+
+
+def test_embedded_trains_on_real_data_and_smoke_on_the_local_sets():
+    assert recipe("resnet18", "embedded", "imagenet")["stand_in"] == "fashion-mnist"
+    assert recipe("resnet18", "embedded", "imagenet")["val_limit"] is None  # the whole 10,000-image test set
+    assert recipe("resnet18", "smoke", "imagenet")["stand_in"] == "digits"
+    assert recipe("resnet20", "smoke", "cifar10")["stand_in"] == "shapes10"
+    assert build_config("resnet18", "fp32", profile="embedded")["val_dataloader"]["dataset"]["dataset"] == (
+        "fashion-mnist"
+    )
 
 
 def test_int8_hook_swaps_the_layers_in_the_run(tmp_path):

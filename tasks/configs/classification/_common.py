@@ -15,6 +15,7 @@ val_interval = None  # validate once, after the last epoch
 arch = None  # the network the table names; a profile may train a stand-in architecture for it
 init = None  # the network's own initialisation
 input_size = 32
+stand_in = None  # embedded / smoke: the dataset trained on in place of the paper's (paper: unused)
 augment = False
 train_limit = None  # all the training images
 val_limit = None
