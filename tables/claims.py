@@ -30,8 +30,9 @@ from kernels.atomic import write_file
 from tables import provenance
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
-# a difference counts when it exceeds this many standard errors of the difference (about 95% two-sided)
-Z = 2.0
+# a difference counts when it lies beyond the 95% interval (two-sided) of the noise: the seeds' spread
+# (Welch's t) and the test sets' binomial error
+LEVEL = 0.95
 
 
 @dataclass
@@ -121,11 +122,13 @@ class Context:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A mean over seeds with its standard deviation (None with one seed) and the number of seeds."""
+    """A mean over seeds with its standard deviation (None with one seed), the number of seeds, and the
+    test set's standard error of the mean (points; None when the table does not carry it)."""
 
     mean: float | None
     std: float | None
     n: int
+    test_se: float | None = None
 
     @property
     def se(self) -> float | None:
@@ -142,28 +145,37 @@ def _num(v) -> float | None:
 
 
 def estimate(row: pd.Series, which: str = "int8") -> Estimate:
-    return Estimate(_num(row[which]), _num(row[f"{which}_std"]), int(row[f"n_{which}"]))
+    test_se = _num(row.get(f"{which}_test_se"))
+    return Estimate(_num(row[which]), _num(row[f"{which}_std"]), int(row[f"n_{which}"]), test_se)
 
 
 def difference(a: Estimate, b: Estimate) -> tuple[float | None, float | None]:
-    """a - b and its standard error (None when either side has one seed)."""
+    """a - b and the half-width of its 95% interval (None when either side has one seed): Welch's t on
+    the seeds' spread, the test sets' errors added as known variances (unpaired: an upper bound)."""
     if a.mean is None or b.mean is None:
         return None, None
     if a.se is None or b.se is None:
         return a.mean - b.mean, None
-    return a.mean - b.mean, math.hypot(a.se, b.se)
+    va, vb = a.se**2, b.se**2
+    if va + vb == 0:
+        t = float(stats.norm.ppf(0.5 + LEVEL / 2))
+    else:
+        dof = (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
+        t = float(stats.t.ppf(0.5 + LEVEL / 2, dof))
+    tests = (a.test_se or 0.0) ** 2 + (b.test_se or 0.0) ** 2
+    return a.mean - b.mean, math.sqrt(t**2 * (va + vb) + stats.norm.ppf(0.5 + LEVEL / 2) ** 2 * tests)
 
 
 def compare(a: Estimate, b: Estimate, margin: float = 0.0) -> str:
-    """'above' if a exceeds b + margin beyond Z standard errors, 'below' if it falls short of b + margin
-    beyond them, 'within' otherwise, 'unknown' without two seeds on both sides."""
-    d, se = difference(a, b)
-    if d is None or se is None:
+    """'above' if a exceeds b + margin beyond the 95% interval of the noise, 'below' if it falls short
+    of b + margin beyond it, 'within' otherwise, 'unknown' without two seeds on both sides."""
+    d, half = difference(a, b)
+    if d is None or half is None:
         return "unknown"
     d -= margin
-    if d > Z * se:
+    if d > half:
         return "above"
-    if d < -Z * se:
+    if d < -half:
         return "below"
     return "within"
 
@@ -618,8 +630,9 @@ def markdown(frame: pd.DataFrame, ctx: Context) -> str:
             else []
         ),
         "Each verdict is computed from the measurement beside it (tables.claims): a difference counts when "
-        f"it exceeds {Z:g} standard errors of the seeds' spread; with one seed there is no spread and the "
-        "verdict is inconclusive.",
+        f"it lies beyond the {LEVEL:.0%} interval of the noise (the seeds' spread with Student's t, and the "
+        "test set's binomial error); an INT8 - FP32 difference is paired image by image "
+        "(tables/delta_interval.py). With one seed there is no spread and the verdict is inconclusive.",
         "",
         f"**Measured at the {ctx.profile} profile on stand-in data and short schedules: these are not "
         "reproductions of the papers' ImageNet, CIFAR-10, COCO or Kinetics numbers.**",

@@ -31,6 +31,15 @@ class DeltaInterval:
     seeds: int
 
 
+def binomial_se(accuracy: float | None, n_images: int) -> float | None:
+    """The test set's standard error (points) of an accuracy (%) measured on n_images images; None
+    without images. The seeds share the test set, so their mean has this error too, not a smaller one."""
+    if accuracy is None or n_images < 1:
+        return None
+    p = min(max(accuracy / 100.0, 0.0), 1.0)
+    return 100.0 * math.sqrt(p * (1.0 - p) / n_images)
+
+
 def paired_test_se(pairs: list[tuple[list[int], list[int]]]) -> float | None:
     """The test set's standard error (points) of the mean over seeds of INT8 - FP32 accuracy, from each
     seed's (INT8 flags, FP32 flags) on the same images; None if any is missing or the lengths differ."""

@@ -21,7 +21,7 @@ import pandas as pd
 from kernels import devices
 from kernels.atomic import write_file
 from tables import provenance
-from tables.delta_interval import delta_interval
+from tables.delta_interval import binomial_se, delta_interval
 from tables.spec import PAPER_DATASETS, Row
 from tasks.top1 import unpack_flags
 
@@ -46,6 +46,7 @@ CSV_COLUMNS = [
     "delta_std",
     "delta_ci95",
     "delta_test_se",
+    "int8_test_se",
     "fp32_ms_per_iter",
     "int8_ms_per_iter",
     "status",
@@ -202,6 +203,7 @@ def summarize(plan, outcomes: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
 def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """One runnable row's measured columns and status from its cells' outcomes; and what data it saw."""
     fp32_vals, int8_vals, diffs, fp32_ms, int8_ms, flag_pairs = [], [], [], [], [], []
+    int8_images = []  # each INT8 run's number of validation images (from its flags)
     errors, pending = [], 0
     diverged = {"fp32": 0, "int8": 0}
     simulated = False
@@ -233,6 +235,7 @@ def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str,
             fp32_vals.append(per_seed["fp32"])
         if per_seed.get("int8") is not None:
             int8_vals.append(per_seed["int8"])
+            int8_images.append(len(per_seed["int8_flags"] or []))
         if per_seed.get("fp32") is not None and per_seed.get("int8") is not None:
             diffs.append(per_seed["int8"] - per_seed["fp32"])
             flag_pairs.append((per_seed["int8_flags"], per_seed["fp32_flags"]))
@@ -240,6 +243,7 @@ def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str,
     m: dict[str, Any] = {}
     m["fp32"], m["fp32_std"] = _mean_std(fp32_vals)
     m["int8"], m["int8_std"] = _mean_std(int8_vals)
+    m["int8_test_se"] = binomial_se(m["int8"], int8_images[0]) if len(set(int8_images)) == 1 else None
     if m["fp32"] is not None and m["int8"] is not None:
         m["delta"] = m["int8"] - m["fp32"]
         m["delta_std"] = statistics.stdev(diffs) if len(diffs) > 1 else None

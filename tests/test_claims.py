@@ -28,6 +28,11 @@ def test_compare_needs_two_seeds_and_a_difference_beyond_the_spread():
     assert compare(a, b) == "above" and compare(b, a) == "below"
     assert compare(Estimate(90.1, 1.0, 2), b) == "within"
     assert compare(Estimate(91.0, None, 1), b) == "unknown"
+    # two seeds a side leave Student's t at about 4.3: the same spread no longer separates them
+    assert compare(Estimate(91.0, 0.2, 2), Estimate(90.0, 0.2, 2)) == "above"
+    assert compare(Estimate(90.5, 0.2, 2), Estimate(90.0, 0.2, 2)) == "within"
+    # the test sets' error counts as well as the seeds'
+    assert compare(Estimate(91.0, 0.2, 3, test_se=0.4), Estimate(90.0, 0.2, 3, test_se=0.4)) == "within"
     # margin -1: 'above' = a lost less than one point against b, beyond the spread; 'below' = more
     assert compare(Estimate(89.5, 0.1, 4), b, margin=-1.0) == "above"
     assert compare(Estimate(88.0, 0.1, 4), b, margin=-1.0) == "below"
@@ -176,9 +181,13 @@ def test_figure_claims_read_the_plotted_data():
 
 def test_a_period_that_cannot_be_shown_to_lose_under_a_point_is_inconclusive():
     speed = [dict(period=p, s_per_iter=t, device="cpu") for p, t in ((1, 10.0), (100, 2.0), (1000, 1.9))]
-    tight = [_row("Period 1", int8=60.0, std=0.2), _row("Period 100", int8=59.8, std=0.2)]
+    tight = [_row("Period 1", int8=60.0, std=0.2, n=3), _row("Period 100", int8=59.8, std=0.2, n=3)]
     noisy = [_row("Period 1", int8=60.0, std=8.0), _row("Period 100", int8=60.5, std=4.0)]
     assert claims._period_costs_little(context(ui8_table5=tight, ui8_table2=speed)).verdict == REPRODUCED
+    # the same seeds on a 1,000-image test set: its binomial error (1.5 points a side) hides the answer
+    small_test = [dict(r, int8_test_se=1.5) for r in tight]
+    v = claims._period_costs_little(context(ui8_table5=small_test, ui8_table2=speed))
+    assert v.verdict == INCONCLUSIVE
     v = claims._period_costs_little(context(ui8_table5=noisy, ui8_table2=speed))
     assert v.verdict == INCONCLUSIVE and "spread is wider" in v.reason
 

@@ -8,6 +8,7 @@ import importlib
 import json
 import math
 import os
+import random
 import time
 import warnings
 
@@ -18,10 +19,12 @@ from repro.methods import build_method, list_methods
 from repro.quant import NonFiniteError
 from tables.cells import Cache, Cell, normalize_options, row_blocker
 from tables.command import main as repro_main
+from tables.delta_interval import binomial_se, delta_interval
 from tables.generate import generate
-from tables.render import CSV_COLUMNS
+from tables.render import CSV_COLUMNS, markdown
 from tables.spec import Row, Source
 from tables.specs import SPECS
+from tasks.top1 import pack_flags, unpack_flags
 
 # Methods later issues add; until then their rows are `not implemented` (none left today).
 FUTURE_METHODS: set[str] = set()
@@ -628,3 +631,26 @@ def test_missing_data_stops_the_table_before_writing_anything(tmp_path):
     assert not list(tmp_path.glob("table4.*"))
     assert not list((tmp_path / "work").rglob("*")), "a lock or work dir was left behind"
     assert not list((tmp_path / "cache").rglob("*.json"))
+
+
+def test_rows_carry_the_interval_from_the_seeds_and_the_paired_test_flags(tmp_path):
+    def runner(**kw):  # 200 validation images; which are right depends on method and seed
+        rng = random.Random(f"{kw['model']}{kw['method']}{kw['seed']}")
+        flags = [int(rng.random() < 0.8) for _ in range(200)]
+        return dict(FakeRunner()(**kw), top1=100 * sum(flags) / 200, val_correct=pack_flags(flags))
+
+    frame = run_table("table2", tmp_path, runner, seeds=3).frame
+    r = frame[frame["method"] == "daiq"].iloc[0]
+    fp32 = [runner(model="resnet18", method="fp32", method_options={}, seed=s) for s in range(3)]
+    daiq = [runner(model="resnet18", method="daiq", method_options={}, seed=s) for s in range(3)]
+    diffs = [d["top1"] - f["top1"] for d, f in zip(daiq, fp32, strict=True)]
+    pairs = [
+        (unpack_flags(d["val_correct"]), unpack_flags(f["val_correct"]))
+        for d, f in zip(daiq, fp32, strict=True)
+    ]
+    want = delta_interval(diffs, pairs)
+    assert r["delta_ci95"] == pytest.approx(want.half_width) and r["delta_test_se"] == pytest.approx(
+        want.test_se
+    )
+    assert r["int8_test_se"] == pytest.approx(binomial_se(r["int8"], 200))
+    assert "Δ 95% CI" in markdown(frame, run_table("table2", tmp_path, runner, seeds=3).meta)
