@@ -1,4 +1,4 @@
-"""Symmetric INT8 quantizer shared by every method (UI8 eq. 1-3, DAIQ eq. 1-2; METHODS.md).
+"""Symmetric INT8 quantizer shared by every method (UI8 eq. 1-3, DAIQ eq. 1-2; docs/methods.md).
 
     q(x; s) = round(127 * clamp(x, -s, s) / s)    int8 in [-127, 127]
     x_hat   = q * s / 127

@@ -1,4 +1,4 @@
-"""Quantized layers: forward and GX/GW equal the METHODS.md formulas, computed here independently
+"""Quantized layers: forward and GX/GW equal the docs/methods.md formulas, computed here independently
 (dequantized integer operands, float64 convolution), for every method and op family."""
 
 import copy

@@ -1,4 +1,4 @@
-"""The common INT8 quantizer (METHODS.md; UI8 eq. 1-3, DAIQ eq. 1-2)."""
+"""The common INT8 quantizer (docs/methods.md; UI8 eq. 1-3, DAIQ eq. 1-2)."""
 
 import pytest
 import torch

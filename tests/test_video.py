@@ -65,7 +65,7 @@ def test_backend_is_bit_exact_on_resnet3d_geometries(k, s, p, size):
 @pytest.mark.parametrize("method", ["daiq", "gq"])
 @pytest.mark.parametrize("k,s,p,size", RESNET3D_CONVS)
 def test_int8_conv3d_follows_the_methods_formulas(method, k, s, p, size):
-    """Y = q(X) * q(W), GX = q_gx(G) *^T q(W), GW = q(X)^T * q_gw(G) (METHODS.md), in float64."""
+    """Y = q(X) * q(W), GX = q_gx(G) *^T q(W), GW = q(X)^T * q_gw(G) (docs/methods.md), in float64."""
     torch.manual_seed(0)
     conv = nn.Conv3d(4, 6, k, stride=s, padding=p, bias=False)
     w0 = conv.weight.detach().clone()

@@ -38,7 +38,7 @@ def mcs_update(
         return gmax.clone()
     inverted_t = (1.0 - k * A) * prev + A * gmax
     s = torch.where(above > lam, gmax, inverted_t)
-    # With k*A > 1 the recurrence can go non-positive (METHODS.md notes 1 - kA can be negative);
+    # With k*A > 1 the recurrence can go non-positive (docs/methods.md notes 1 - kA can be negative);
     # a clip value <= 0 has no meaning, so such a channel falls back to max|g_c|, the Gaussian rule.
     return torch.where(s > 0, s, gmax)
 

@@ -3,7 +3,7 @@
 - Direction Sensitive Gradient Clipping: G is quantized per tensor with a clip value c in (0, max|G|]
   chosen to minimise d_c = 1 - cos(G, G_hat(c)) (eq. 7). The paper learns c by gradient descent; we
   run a bounded 1-D search on log c (a coarse grid, then finer grids around the best point, on the
-  gradient's device without waiting for it), the equivalent METHODS.md accepts. d_c is evaluated with
+  gradient's device without waiting for it), the equivalent docs/methods.md accepts. d_c is evaluated with
   nearest rounding: the stochastic quantizer's expectation is the clipped G, which would hide the
   rounding error the clip value trades against.
 - Periodic Update: c and d_c are re-optimised every `period` backward passes (Table 2, Table 5) and
@@ -100,7 +100,7 @@ def _log_grid_search(distance, low_ratio: float, grids, device) -> tuple[torch.T
 
 def search_clip_tensor(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The clip value c in [2^-10 max|g|, max|g|] minimising d_c, and that d_c, as tensors on g's device
-    (a bounded 1-D search on log c, the equivalent METHODS.md accepts; no host synchronisation)."""
+    (a bounded 1-D search on log c, the equivalent docs/methods.md accepts; no host synchronisation)."""
     u, top = _unit(g)
     best_log, best_d = _log_grid_search(lambda ratios: _unit_distances(u, ratios), LOW_RATIO, GRIDS, u.device)
     c = top * best_log.exp()
