@@ -82,6 +82,7 @@ class Outcome:
     result: dict[str, Any] | None = None
     error: str | None = None
     cached: bool = False
+    elapsed_s: float | None = None  # the cell's own training time, where and whenever it ran
 
 
 @dataclass
@@ -179,7 +180,9 @@ def run_cells(
     for cell in cells:
         entry = cache.load(cell)
         if entry is not None:
-            outcomes[cell.key] = Outcome(result=entry["result"], cached=True)
+            outcomes[cell.key] = Outcome(
+                result=entry["result"], cached=True, elapsed_s=entry.get("elapsed_s")
+            )
         else:
             todo.append(cell)
     if not todo:
@@ -232,7 +235,9 @@ class _Session:
         try:
             entry = self.cache.load(cell)
             if entry is not None:
-                outcomes[cell.key] = Outcome(result=entry["result"], cached=True)
+                outcomes[cell.key] = Outcome(
+                    result=entry["result"], cached=True, elapsed_s=entry.get("elapsed_s")
+                )
             else:
                 self.bar.set_postfix_str(cell.describe(), refresh=True)
                 outcomes[cell.key] = self.run(cell)
@@ -278,14 +283,15 @@ class _Session:
             where = work_dir if self.log_root is None else f"{work_dir} and {self.log_root / cell.key}.log"
             self.bar.write(f"{self.plan.spec.name}: {cell.describe()} failed: {one_line(err)} (see {where})")
             return Outcome(error=one_line(err))
-        path = self.cache.store(cell, result, time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        path = self.cache.store(cell, result, elapsed)
         shutil.rmtree(work_dir, ignore_errors=True)
         if result.get("skipped_samples"):  # --skip-bad-samples: never silent
             n = len(result["skipped_samples"])
             self.bar.write(
                 f"{self.plan.spec.name}: {cell.describe()} skipped {n} bad samples (listed in {path})"
             )
-        return Outcome(result=result)
+        return Outcome(result=result, elapsed_s=elapsed)
 
 
 def _cell_log(log_root: Path | None, cell: Cell) -> contextlib.AbstractContextManager:
@@ -347,9 +353,12 @@ def generate(
     plan = make_plan(spec, profile, seed_list, data_root, recipe_version, numerics)
     log_root = None if verbose else results_dir / "logs"
     options = {"skip_bad_samples": True} if skip_bad_samples else {}
+    start = time.perf_counter()
     outcomes = run_cells(plan, cache, runner, results_dir / "work", progress, log_root, options)
+    wall = time.perf_counter() - start
 
     frame, meta = render.summarize(plan, outcomes)
+    meta["wall_seconds"] = round(wall, 1)
     meta["command"] = command or f"repro table {spec.name} --profile {profile} --seeds {len(seed_list)}"
     markdown = render.markdown(frame, meta)
     paths = render.write(results_dir, spec.name, frame, markdown, meta)

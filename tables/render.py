@@ -325,6 +325,8 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
             "ran": sum(1 for o in outcomes.values() if not o.cached),
             "errors": sum(1 for o in outcomes.values() if o.error),
         },
+        # what regenerating the table from an empty cache costs: its cells' own training times
+        "training_seconds": round(sum(o.elapsed_s or 0.0 for o in outcomes.values()), 1),
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "device": devices.label(devices.describe(devices.resolve(None))),
         **provenance.as_dict(),
@@ -354,6 +356,13 @@ def _signed(value, std=None) -> str:
     if std is not None and not (isinstance(std, float) and math.isnan(std)):
         text += f" ± {std:.2f}"
     return text
+
+
+def _duration(seconds) -> str:
+    if seconds is None:
+        return "-"
+    minutes = round(float(seconds) / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{float(seconds) / 60:.1f} min"
 
 
 def _interval(delta, half_width) -> str:
@@ -417,7 +426,9 @@ def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
         "",
         f"Generated {meta['generated_at']} by `{meta.get('command', '')}`: {cells['total']} cells, "
         f"{cells['cached']} from the cache, {cells['ran']} run now, {cells['errors']} failed. "
-        f"At commit {meta['commit']}, environment lock {meta['environment_lock']}, on {meta['device']}.",
+        f"At commit {meta['commit']}, environment lock {meta['environment_lock']}, on {meta['device']}. "
+        f"Its cells trained for {_duration(meta.get('training_seconds'))} in all (each where it ran); "
+        f"this run took {_duration(meta.get('wall_seconds'))}.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -653,4 +653,10 @@ def test_rows_carry_the_interval_from_the_seeds_and_the_paired_test_flags(tmp_pa
         want.test_se
     )
     assert r["int8_test_se"] == pytest.approx(binomial_se(r["int8"], 200))
-    assert "Δ 95% CI" in markdown(frame, run_table("table2", tmp_path, runner, seeds=3).meta)
+    again = run_table("table2", tmp_path, runner, seeds=3)  # every cell from the cache now
+    assert "Δ 95% CI" in markdown(frame, again.meta) and "Its cells trained for" in again.markdown
+    first_time = sum(json.loads(p.read_text())["elapsed_s"] for p in (tmp_path / "cache").glob("*.json"))
+    assert (
+        again.meta["training_seconds"] == pytest.approx(first_time, abs=0.1)
+        and again.meta["wall_seconds"] >= 0
+    )
