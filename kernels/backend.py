@@ -14,6 +14,10 @@ from typing import Protocol
 
 import torch
 
+QMAX = 127  # int8 codes are symmetric: [-QMAX, QMAX]
+# the float dtypes the quantizers read and the epilogue writes, as the native and CUDA kernels number them
+DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
 
 class Backend(Protocol):
     # --- quantization

@@ -16,10 +16,10 @@ import ctypes
 import torch
 
 from kernels import native
+from kernels.backend import DTYPES, QMAX
 from kernels.errors import NonFiniteError
 from kernels.rng import next_key
 
-QMAX = 127
 ROUNDINGS = ("nearest", "stochastic")
 
 
@@ -34,9 +34,9 @@ def _raise(what: str, x: torch.Tensor) -> None:
 
 def _operand(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     x = x.detach()
-    if x.dtype not in native.DTYPES:
+    if x.dtype not in DTYPES:
         x = x.float()
-    return native.dense(x), native.DTYPES[x.dtype]
+    return native.dense(x), DTYPES[x.dtype]
 
 
 def _scales(scale, x: torch.Tensor, axis: int | None) -> torch.Tensor:

@@ -64,7 +64,6 @@ __all__ = [
 ]
 
 SOURCE_DIR = Path(__file__).with_name("cuda")
-QMAX = 127
 # the architectures CI compiles every kernel for (a kernel is skipped below its own minimum)
 CI_ARCHS = (75, 80, 90)
 # strict IEEE float arithmetic: the quantizer must round exactly as torch does (no FMA contraction,

@@ -15,11 +15,10 @@ import numpy as np
 import torch
 
 from kernels import cuda as _cuda
+from kernels.backend import DTYPES
 from kernels.errors import device_flag
 from kernels.rng import next_key
 
-QMAX = 127
-DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 MAX_DIMS = 5  # the group kernel's dimensions (beyond: the tensor is made contiguous and flattened)
 
 

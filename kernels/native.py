@@ -26,7 +26,6 @@ SOURCE_DIR = Path(__file__).with_name("native")
 SOURCES = ("quantize.cpp", "gemm.cpp", "depthwise.cpp")
 HEADERS = ("philox.h",)
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
-DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
 class NativeBuildError(RuntimeError):

@@ -60,11 +60,6 @@ def _epilogue(backend, acc, scale, dtype, fmt, axis=None) -> torch.Tensor:
     return out if fmt is None else out.contiguous(memory_format=fmt)
 
 
-def _per_channel(scale: torch.Tensor, ndim: int) -> torch.Tensor:
-    """A per-output-channel scale shaped to broadcast over a weight of `ndim` dims."""
-    return scale.reshape(-1, *([1] * (ndim - 1)))
-
-
 def _weight_grad_scale(codes, sx: torch.Tensor) -> torch.Tensor:
     """GW's scale: (s_x/127)(s_c/127) per output channel (GVQ, DAIQ eq. 7) or (s_x/127)(s_g/127)."""
     return codes.gw_scale * (sx / QMAX**2)

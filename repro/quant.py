@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 
 import kernels
+from kernels.backend import QMAX
 from kernels.errors import NonFiniteError
 
-QMAX = 127
 ROUNDINGS = ("nearest", "stochastic")
 
 __all__ = ["QMAX", "ROUNDINGS", "NonFiniteError", "absmax", "check_finite", "dequantize", "quantize"]

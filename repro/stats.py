@@ -135,10 +135,6 @@ def daiq_error(g: torch.Tensor, g_hat: torch.Tensor, alpha: float = DAIQ_ALPHA) 
     return float(((a - b).abs() * torch.exp(alpha * a.abs())).mean())
 
 
-def nonzero_ratio(x: torch.Tensor) -> float:
-    return float((x != 0).sum()) / max(1, x.numel())
-
-
 def fraction_above_sigma(x: torch.Tensor) -> float:
     """P(|x| > sigma), sigma the standard deviation of x: DAIQ's discriminator (eq. 15)."""
     x = _flat64(x)

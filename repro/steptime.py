@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
-import os
 import statistics
 import sys
 import time
@@ -258,10 +257,6 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
     """Median over rounds of a[i] / b[i]: both measured in the same round, so slow drifts of the
     machine cancel."""
     return statistics.median(x / y for x, y in zip(a, b, strict=True))
-
-
-def threads_note() -> str:
-    return f"{torch.get_num_threads()} threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})"
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -45,10 +45,6 @@ VIDEO_MODELS: dict[str, VideoModelSpec] = {
 }
 
 
-def list_video_models() -> list[str]:
-    return list(VIDEO_MODELS)
-
-
 def build_video_model(name: str, num_classes: int) -> nn.Module:
     """A freshly initialised video model taking clips (N, 3, T, H, W); T, H, W >= 1 of any size."""
     if name not in VIDEO_MODELS:
