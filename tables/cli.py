@@ -47,6 +47,11 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
     speed.add_argument("--size", type=int, default=None, help="input resolution (default: 224)")
     speed.add_argument("--rounds", type=int, default=None, help="timed rounds (default per profile)")
     p.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="write the table from the cached cells alone, the others shown pending; train nothing",
+    )
+    p.add_argument(
         "--verbose",
         action="store_true",
         help="training logs on the terminal (default: results/logs/<cell>.log)",
@@ -73,12 +78,20 @@ def cmd_table(args) -> int:
         print(f"error: --seeds must be at least 1, got {args.seeds}", file=sys.stderr)
         return 2
     if args.name in SPEED_SPECS:
+        if args.cached_only:
+            print(
+                "error: --cached-only applies to the training tables (a speed table is one cell)",
+                file=sys.stderr,
+            )
+            return 2
         return _speed_table(args)
     command = f"repro table {args.name} --profile {args.profile}"
     if args.seeds is not None:
         command += f" --seeds {args.seeds}"
     if args.data_root:
         command += f" --data-root {args.data_root}"
+    if args.cached_only:
+        command += " --cached-only"
     try:
         out = generate(
             args.name,
@@ -90,6 +103,7 @@ def cmd_table(args) -> int:
             command=command,
             verbose=args.verbose,
             skip_bad_samples=args.skip_bad_samples,
+            cached_only=args.cached_only,
         )
     except KeyboardInterrupt:
         print(

@@ -171,9 +171,11 @@ def run_cells(
     progress: bool = True,
     log_root: Path | None = None,
     runner_options: dict[str, Any] | None = None,
+    cached_only: bool = False,
 ) -> dict[str, Outcome]:
     """Run every cell the cache lacks; return the outcome of every cell of the plan. `runner_options` go
-    to the runner beside each cell's own arguments (e.g. skip_bad_samples)."""
+    to the runner beside each cell's own arguments (e.g. skip_bad_samples). With `cached_only` nothing
+    runs: the cells the cache lacks have no outcome (the table shows them pending)."""
     cells = plan.cells
     outcomes: dict[str, Outcome] = {}
     todo = []
@@ -185,7 +187,7 @@ def run_cells(
             )
         else:
             todo.append(cell)
-    if not todo:
+    if not todo or cached_only:
         return outcomes
     if runner is None:
         raise ValueError(f"{len(todo)} cells of {plan.spec.name} need a runner")
@@ -328,12 +330,14 @@ def generate(
     command: str | None = None,
     verbose: bool = False,
     skip_bad_samples: bool = False,
+    cached_only: bool = False,
 ) -> Generated:
     """Run the missing cells of one table and write results/<name>.md, .csv and .meta.json.
 
     With `runner=None` the spec's task runs the cells and its RECIPE_VERSION and kernels.NUMERICS join the
     cache key; an injected runner uses `recipe_version` as given. `skip_bad_samples` lets the cells skip
-    unreadable samples (each cell's result lists them; the cell keys do not change).
+    unreadable samples (each cell's result lists them; the cell keys do not change). `cached_only`
+    writes the table from the cache alone (e.g. while another process is still running its cells).
     """
     from tables import render
 
@@ -354,7 +358,7 @@ def generate(
     log_root = None if verbose else results_dir / "logs"
     options = {"skip_bad_samples": True} if skip_bad_samples else {}
     start = time.perf_counter()
-    outcomes = run_cells(plan, cache, runner, results_dir / "work", progress, log_root, options)
+    outcomes = run_cells(plan, cache, runner, results_dir / "work", progress, log_root, options, cached_only)
     wall = time.perf_counter() - start
 
     frame, meta = render.summarize(plan, outcomes)

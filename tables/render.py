@@ -174,6 +174,7 @@ def summarize(plan, outcomes: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
             "delta_std",
             "delta_ci95",
             "delta_test_se",
+            "int8_test_se",
         ):
             rec[col] = None
         rec.update(fp32_ms_per_iter=None, int8_ms_per_iter=None, simulated=False, n_fp32=0, n_int8=0)

@@ -101,7 +101,11 @@ def test_a_checkpoint_of_another_run_is_never_loaded(tmp_path, capsys, monkeypat
     work = tmp_path / "w"
     fp32 = _smoke("fp32", work)
     saved = torch.load(work / "epoch_2.pth", map_location="cpu")["meta"][RUN_KEY]
-    assert saved["method"] == "fp32" and saved["numerics"] and saved["recipe_version"] == "1"
+    assert (
+        saved["method"] == "fp32"
+        and saved["numerics"]
+        and saved["recipe_version"] == classification.RECIPE_VERSION
+    )
     (work / "epoch_9.pth").write_bytes(b"half a checkpoint")  # e.g. written by something else, killed
     (work / ".epoch_3.pth.tmp").write_bytes(b"partial")  # a write killed before its rename
     capsys.readouterr()

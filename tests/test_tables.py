@@ -660,3 +660,13 @@ def test_rows_carry_the_interval_from_the_seeds_and_the_paired_test_flags(tmp_pa
         again.meta["training_seconds"] == pytest.approx(first_time, abs=0.1)
         and again.meta["wall_seconds"] >= 0
     )
+
+
+def test_cached_only_writes_what_the_cache_holds_and_trains_nothing(tmp_path):
+    run_table("table2", tmp_path, FakeRunner(), seeds=1)
+    idle = FakeRunner()
+    out = run_table("table2", tmp_path, idle, seeds=2, cached_only=True)
+    assert idle.calls == [] and out.ran == 0 and out.cached == 5  # 4 INT8 rows and one FP32, seed 0
+    assert all("pending" in s for s in out.frame["status"]) and (tmp_path / "table2.md").exists()
+    assert out.frame["n_int8"].tolist() == [1, 1, 1, 1]
+    assert repro_main(["table", "table7", "--cached-only"]) == 2
