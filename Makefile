@@ -148,6 +148,13 @@ $(SPEED_TABLES):
 # The claims report (issue 19): every claim checked by the tables and figures it reads (generated as needed, from the
 # cache after `make tables`); results/claims.md and .csv.
 .PHONY: claims
+# Keep the finished tables and figures of a table run's results directory (FROM=) in the kept set, rendered
+# again from its cache by this checkout's code (tables/keep.py); KEEP_TO defaults to this profile's folder.
+KEEP_TO ?= results/reference/$(PROFILE)
+.PHONY: keep
+keep:
+	$(BIN)/python -m tables.keep --from $(FROM) --to $(KEEP_TO) --profile $(PROFILE)
+
 claims:
 	$(BIN)/python -m tables.claims --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
 	  $(if $(DEVICE),--device $(DEVICE)) $(if $(KEPT),--kept $(KEPT))

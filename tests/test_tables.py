@@ -670,3 +670,22 @@ def test_cached_only_writes_what_the_cache_holds_and_trains_nothing(tmp_path):
     assert all("pending" in s for s in out.frame["status"]) and (tmp_path / "table2.md").exists()
     assert out.frame["n_int8"].tolist() == [1, 1, 1, 1]
     assert repro_main(["table", "table7", "--cached-only"]) == 2
+
+
+def test_keep_copies_only_finished_tables_rendered_from_the_cache(tmp_path, monkeypatch, capsys):
+    from tables import keep
+
+    fake = FakeRunner()
+    monkeypatch.setattr("tables.generate.load_task_runner", lambda task: (fake, "v"))
+    src, dest = tmp_path / "run", tmp_path / "kept"
+    table1 = generate("table1", profile="smoke", results_dir=src, progress=False)
+    table2 = generate("table2", profile="smoke", results_dir=src, progress=False)
+    own = next(c for c in table1.plan.cells if c not in set(table2.plan.cells))
+    (src / "cache" / f"{own.key}.json").unlink()  # table1 is not finished now
+    calls = len(fake.calls)
+    assert keep.main(["--from", str(src), "--to", str(dest), "--profile", "smoke"]) == 0
+    assert len(fake.calls) == calls  # nothing trained
+    assert (dest / "table2.md").exists() and (dest / "table2.meta.json").exists()
+    assert not (dest / "table1.md").exists() and "table1 (" in capsys.readouterr().out
+    assert "pending" not in (dest / "table2.md").read_text()
+    assert keep.main(["--from", str(tmp_path / "nowhere")]) == 2

@@ -1,0 +1,86 @@
+"""`make keep FROM=DIR`: copy the finished tables and figures of a results directory into the kept set.
+
+    make keep FROM=../run/results                     # into results/reference/embedded
+    python -m tables.keep --from DIR --to results/reference/embedded --profile embedded
+
+A kept table is rendered again from DIR's cache by this checkout's code (so it carries this version's
+columns, such as the rows' intervals), and only when every one of its cells is finished: a table still
+running elsewhere is listed and left out. Its footer then names this commit; the cells' own training
+times stay in it (`training_seconds`). The speed tables and figures are copied as DIR has them. Nothing
+trains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from tables.specs import SPECS, SPEED_SPECS
+
+
+def keep_tables(source: Path, dest: Path, profile: str) -> tuple[list[str], list[str]]:
+    """(kept, unfinished): the training tables whose every cell is in source/cache, rendered into dest."""
+    from tables.generate import generate
+
+    kept, unfinished = [], []
+    for name in SPECS:
+        with tempfile.TemporaryDirectory() as scratch:
+            out = generate(
+                name, profile=profile, results_dir=scratch, cache_dir=source / "cache", progress=False,
+                cached_only=True, command=f"make {name} PROFILE={profile} (cells), kept by make keep",
+            )  # fmt: skip
+            if out.cached == 0:
+                continue
+            if out.cached < len(out.plan.cells):
+                unfinished.append(f"{name} ({out.cached} of {len(out.plan.cells)} cells)")
+                continue
+            dest.mkdir(parents=True, exist_ok=True)
+            for path in out.paths.values():
+                shutil.copy2(path, dest / path.name)
+            kept.append(name)
+    return kept, unfinished
+
+
+def copy_made(source: Path, dest: Path) -> list[str]:
+    """The speed tables and figures source holds, copied as they are."""
+    copied = []
+    for name in SPEED_SPECS:
+        files = [source / f"{name}{ext}" for ext in (".md", ".csv", ".meta.json")]
+        if all(f.exists() for f in files):
+            dest.mkdir(parents=True, exist_ok=True)
+            for f in files:
+                shutil.copy2(f, dest / f.name)
+            copied.append(name)
+    figures = sorted((source / "figures").glob("*.png")) if (source / "figures").is_dir() else []
+    for png in figures:
+        (dest / "figures").mkdir(parents=True, exist_ok=True)
+        for f in (png, png.with_suffix(".csv"), png.with_suffix(".md")):
+            if f.exists():
+                shutil.copy2(f, dest / "figures" / f.name)
+        copied.append(f"figures/{png.stem}")
+    return copied
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tables.keep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--from", dest="source", required=True, help="a results directory (its cache/)")
+    parser.add_argument("--to", dest="dest", default="results/reference/embedded")
+    parser.add_argument("--profile", default="embedded")
+    args = parser.parse_args(argv)
+    source, dest = Path(args.source), Path(args.dest)
+    if not (source / "cache").is_dir():
+        print(f"error: {source} holds no cache/ (the results directory of a table run)", file=sys.stderr)
+        return 2
+    kept, unfinished = keep_tables(source, dest, args.profile)
+    copied = copy_made(source, dest)
+    print(f"kept in {dest}: {', '.join(kept + copied) or 'nothing'}")
+    if unfinished:
+        print(f"not finished, left out: {', '.join(unfinished)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
