@@ -213,7 +213,12 @@ def test_close_to_fp32_verdict_follows_the_intervals(half, n, verdict):
     assert v.verdict == verdict, v
     outside = [_row("Ours", method="ui8", int8=None, delta=-2.0, n_fp32=3, n=3, delta_ci95=0.5)]
     frames = {name.replace("-", "_"): rows + outside for name in claims.CLOSE_TO_FP32_TABLES}
-    assert claims._close_to_fp32(context(**frames)).verdict == NOT_REPRODUCED
+    v = claims._close_to_fp32(context(**frames))
+    assert v.verdict == NOT_REPRODUCED and "1 lose more than a point" in v.reason
+    above = [_row("Ours", method="ui8", int8=None, delta=+2.0, n_fp32=3, n=3, delta_ci95=0.5)]
+    frames = {name.replace("-", "_"): rows + above for name in claims.CLOSE_TO_FP32_TABLES}
+    v = claims._close_to_fp32(context(**frames))
+    assert v.verdict == NOT_REPRODUCED and "above FP32" in v.reason and "lose" not in v.reason
 
 
 def test_tables_kept_without_an_interval_get_the_seeds_share():
