@@ -70,7 +70,7 @@ import torch
 
 from kernels import native
 from kernels.cpu_quantize import absmax, absmax_quantize, channel_stats, dequantize, quantize
-from kernels.geometry import conv_geometry
+from kernels.geometry import check_grad_output, conv_geometry
 
 __all__ = [
     "absmax",
@@ -598,8 +598,7 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
     nd, s, p, d, k, out = conv_geometry(input_shape, wq.shape, stride, padding, dilation, groups)
     n, cin = input_shape[:2]
     cout = wq.shape[0]
-    if tuple(gq.shape) != (n, cout, *out):
-        raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {(n, cout, *out)}")
+    check_grad_output(gq.shape, (n, cout, *out))
     if _native_depthwise(nd, groups, cin, cout):
         return native.depthwise_input_grad(gq, wq, input_shape, s, p, d)
     a, b = cin // groups, cout // groups
@@ -642,8 +641,7 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
     nd, s, p, d, k, out = conv_geometry(xq.shape, weight_shape, stride, padding, dilation, groups)
     n, cin = xq.shape[:2]
     cout = weight_shape[0]
-    if tuple(gq.shape) != (n, cout, *out):
-        raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {(n, cout, *out)}")
+    check_grad_output(gq.shape, (n, cout, *out))
     a, b = cin // groups, cout // groups
     ntap = math.prod(k)
     if _native_depthwise(nd, groups, cin, cout):

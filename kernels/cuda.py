@@ -46,7 +46,7 @@ import torch
 
 from kernels.atomic import write_file
 from kernels.cuda_quantize import absmax, absmax_quantize, channel_stats, dequantize, quantize
-from kernels.geometry import conv_geometry
+from kernels.geometry import check_grad_output, conv_geometry
 
 __all__ = [
     "absmax",
@@ -493,9 +493,7 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
     input_shape = tuple(int(a) for a in input_shape)
     geo = ConvGeometry.of(input_shape, wq.shape, stride, padding, dilation, groups)
     nd = len(input_shape) - 2
-    want = (geo.n, geo.cout, *geo.out[3 - nd :])
-    if tuple(gq.shape) != want:
-        raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {want}")
+    check_grad_output(gq.shape, (geo.n, geo.cout, *geo.out[3 - nd :]))
     _check_int32_size(geo.kg, geo.positions, geo.cin * math.prod(geo.spatial))
     if groups == 1 and library_gemm():
         return _blas().conv_input_grad(gq, wq, input_shape, geo)
@@ -527,9 +525,7 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
     weight_shape = tuple(int(a) for a in weight_shape)
     geo = ConvGeometry.of(xq.shape, weight_shape, stride, padding, dilation, groups)
     nd = xq.dim() - 2
-    want = (geo.n, geo.cout, *geo.out[3 - nd :])
-    if tuple(gq.shape) != want:
-        raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {want}")
+    check_grad_output(gq.shape, (geo.n, geo.cout, *geo.out[3 - nd :]))
     _check_int32_size(geo.kg, geo.positions, geo.cin * math.prod(geo.spatial))
     if groups == 1 and library_gemm():
         return _blas().conv_weight_grad(xq, gq, weight_shape, geo)

@@ -36,3 +36,9 @@ def conv_geometry(x_shape, w_shape, stride, padding, dilation, groups):
     if min(out) < 1:
         raise ValueError(f"empty output for input {tuple(x_shape)}, kernel {k}")
     return nd, s, p, d, k, out
+
+
+def check_grad_output(g_shape, expected) -> None:
+    """A product's grad_output must have the forward output's shape (N, C_out, *out)."""
+    if tuple(g_shape) != tuple(expected):
+        raise ValueError(f"grad_output has shape {tuple(g_shape)}, expected {tuple(expected)}")

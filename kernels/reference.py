@@ -26,7 +26,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kernels.geometry import conv_geometry
+from kernels.geometry import check_grad_output, conv_geometry
 
 __all__ = [
     "conv_forward",
@@ -96,8 +96,7 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
     n, cin = input_shape[:2]
     cout = wq.shape[0]
     g = groups
-    if tuple(gq.shape) != (n, cout, *out):
-        raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {(n, cout, *out)}")
+    check_grad_output(gq.shape, (n, cout, *out))
     npos, nk = math.prod(out), math.prod(k)
     gg = gq.to(torch.int64).reshape(n, g, cout // g, npos).transpose(2, 3)  # (N, G, P, Cout/G)
     w = wq.to(torch.int64).reshape(g, cout // g, -1)  # (G, Cout/G, Cin/G * prod(k))
@@ -127,8 +126,7 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
     n, cin = xq.shape[:2]
     cout = weight_shape[0]
     g = groups
-    if tuple(gq.shape) != (n, cout, *out):
-        raise ValueError(f"grad_output has shape {tuple(gq.shape)}, expected {(n, cout, *out)}")
+    check_grad_output(gq.shape, (n, cout, *out))
     npos = math.prod(out)
     cols = _im2col(xq.to(torch.int64), k, s, p, d)
     cols = cols.reshape(n, g, cin // g, npos, math.prod(k)).permute(0, 1, 3, 2, 4).reshape(n, g, npos, -1)

@@ -623,9 +623,11 @@ def test_cpu_rejects_bad_arguments():
             backend.conv_forward(x.float(), w)
         with pytest.raises(ValueError):
             backend.conv_forward(x, w, groups=3)
-        with pytest.raises(ValueError):
+        with pytest.raises(
+            ValueError, match=r"grad_output has shape \(1, 8, 4, 4\), expected \(1, 8, 3, 3\)"
+        ):
             backend.conv_input_grad(torch.zeros((1, 8, 4, 4), dtype=torch.int8), w, x.shape)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="grad_output has shape"):
             backend.conv_weight_grad(x, torch.zeros((1, 8, 4, 4), dtype=torch.int8), w.shape)
         # stride/padding/dilation as tuples of the spatial rank are accepted
         y = backend.conv_forward(x, w, (1, 2), (1, 0), (1, 1), 1)
