@@ -153,7 +153,7 @@ $(SPEED_TABLES):
 KEEP_TO ?= results/reference/$(PROFILE)
 .PHONY: keep
 keep:
-	$(BIN)/python -m tables.keep --from $(FROM) --to $(KEEP_TO) --profile $(PROFILE)
+	$(BIN)/python -m tables.keep --from $(FROM) --to $(KEEP_TO) --profile $(PROFILE) $(if $(SEEDS),--seeds $(SEEDS))
 
 claims:
 	$(BIN)/python -m tables.claims --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \

@@ -21,7 +21,9 @@ from pathlib import Path
 from tables.specs import SPECS, SPEED_SPECS
 
 
-def keep_tables(source: Path, dest: Path, profile: str) -> tuple[list[str], list[str]]:
+def keep_tables(
+    source: Path, dest: Path, profile: str, seeds: int | None = None
+) -> tuple[list[str], list[str]]:
     """(kept, unfinished): the training tables whose every cell is in source/cache, rendered into dest."""
     from tables.generate import generate
 
@@ -29,8 +31,9 @@ def keep_tables(source: Path, dest: Path, profile: str) -> tuple[list[str], list
     for name in SPECS:
         with tempfile.TemporaryDirectory() as scratch:
             out = generate(
-                name, profile=profile, results_dir=scratch, cache_dir=source / "cache", progress=False,
-                cached_only=True, command=f"make {name} PROFILE={profile} (cells), kept by make keep",
+                name, profile=profile, seeds=seeds, results_dir=scratch, cache_dir=source / "cache",
+                progress=False, cached_only=True,
+                command=f"make {name} PROFILE={profile} (cells), kept by make keep",
             )  # fmt: skip
             if out.cached == 0:
                 continue
@@ -69,12 +72,15 @@ def main(argv=None) -> int:
     parser.add_argument("--from", dest="source", required=True, help="a results directory (its cache/)")
     parser.add_argument("--to", dest="dest", default="results/reference/embedded")
     parser.add_argument("--profile", default="embedded")
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="the first N seeds only (default: the profile's)"
+    )
     args = parser.parse_args(argv)
     source, dest = Path(args.source), Path(args.dest)
     if not (source / "cache").is_dir():
         print(f"error: {source} holds no cache/ (the results directory of a table run)", file=sys.stderr)
         return 2
-    kept, unfinished = keep_tables(source, dest, args.profile)
+    kept, unfinished = keep_tables(source, dest, args.profile, args.seeds)
     copied = copy_made(source, dest)
     print(f"kept in {dest}: {', '.join(kept + copied) or 'nothing'}")
     if unfinished:
