@@ -21,7 +21,8 @@ keeping parameters and state_dict keys, so ``resume=True`` and ``load_from=`` wo
 ``run(model, method, profile=..., paper_dataset=...)`` is one table cell (tables.generate calls it),
 trained through the shared harness (tasks.runner):
 
-- models: ``faster_rcnn_r50_fpn`` and ``retinanet_r50_fpn`` (MODELS); paper datasets ``coco`` and ``voc``.
+- models: ``faster_rcnn_r50_fpn``, ``retinanet_r50_fpn``, ``rfcn_r101`` and ``rfcn_r50`` (MODELS; R-FCN is
+  tasks.rfcn, registered here); paper datasets ``coco`` and ``voc`` (R-FCN: ``voc`` only at ``paper``).
 - ``paper``: the shipped 1x configs (COCO 2017; VOC 07+12 tested on VOC2007) with the data from
   ``data_root`` and the ImageNet-pretrained backbone MMDetection's config names (torchvision://resnet50,
   which needs the network or a cached copy) or the user's ``load_from`` / ``init_cfg`` via cfg_options.
@@ -54,6 +55,7 @@ from tasks import PROFILES
 from tasks import detection_data as DD
 from tasks.bad_data import BadDataError
 from tasks.datasets import DatasetNotFoundError
+from tasks.rfcn import RFCNRoIHead  # noqa: F401  (importing registers R-FCN's parts in MMDetection)
 from tasks.runner import RunRecorder, RunResult, check_choice, checked_options, run_config
 
 TASK = "detection"
@@ -61,8 +63,13 @@ TASK = "detection"
 RECIPE_VERSION = "4"  # 4: int8 convolutions keep the input layout (RoIAlign read them wrong)
 PAPER_DATASETS = ("coco", "voc")
 CONFIG_DIR = Path(__file__).resolve().parent / "configs" / "detection"
-MODELS = {"faster_rcnn_r50_fpn": "faster-rcnn_r50_fpn", "retinanet_r50_fpn": "retinanet_r50_fpn"}
-PAPER_CONFIGS = {"coco": "1x_coco", "voc": "1x_voc0712"}
+# model -> its config files' stem and the paper datasets it has a config for (UI8 ran R-FCN on VOC only)
+MODELS = {
+    "faster_rcnn_r50_fpn": ("faster-rcnn_r50_fpn", {"coco": "1x_coco", "voc": "1x_voc0712"}),
+    "retinanet_r50_fpn": ("retinanet_r50_fpn", {"coco": "1x_coco", "voc": "1x_voc0712"}),
+    "rfcn_r101": ("rfcn_r101", {"voc": "voc0712"}),
+    "rfcn_r50": ("rfcn_r50", {}),
+}
 EMBEDDED_CONFIG = "shapes-det"
 # smoke: a few images and iterations, enough to run every stage (data, INT8 layers, loss, metric)
 SMOKE = dict(train_images=8, val_images=6, batch_size=2, iters=2, image_scale=(64, 64))
@@ -85,8 +92,14 @@ def config_path(model: str, profile: str, paper_dataset: str) -> Path:
     check_choice("model", model, list(MODELS))
     check_choice("profile", profile, PROFILES)
     check_choice("paper_dataset", paper_dataset, PAPER_DATASETS)
-    which = PAPER_CONFIGS[paper_dataset] if profile == "paper" else EMBEDDED_CONFIG
-    return CONFIG_DIR / f"{MODELS[model]}_{which}_int8.py"
+    stem, paper_configs = MODELS[model]
+    if profile == "paper" and paper_dataset not in paper_configs:
+        raise ValueError(
+            f"model {model!r} has no {paper_dataset} config at the paper profile; it has: "
+            f"{', '.join(paper_configs) or 'none (embedded and smoke only)'}"
+        )
+    which = paper_configs[paper_dataset] if profile == "paper" else EMBEDDED_CONFIG
+    return CONFIG_DIR / f"{stem}_{which}_int8.py"
 
 
 def _set_data_root(node: Any, root: str) -> None:

@@ -146,8 +146,8 @@ def test_bad_method_fails_when_the_config_is_built(cache):
         HOOKS.build(dict(type="Int8TrainingHook", method="int4"))
     with pytest.raises(ValueError, match="has no option"):
         D.run("faster_rcnn_r50_fpn", "daiq", profile="smoke", method_options=dict(alpha=1), data_root=cache)
-    with pytest.raises(ValueError, match="unknown model 'rfcn_r101'; choose from faster_rcnn_r50_fpn"):
-        D.config_path("rfcn_r101", "embedded", "coco")
+    with pytest.raises(ValueError, match="unknown model 'ssd300'; choose from faster_rcnn_r50_fpn"):
+        D.config_path("ssd300", "embedded", "coco")
 
 
 class Capture(Hook):

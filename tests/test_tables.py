@@ -169,7 +169,7 @@ def test_methods_are_registry_names_or_not_implemented():
         "ui8-table5": 4,
         "ui8-table6": 4,
         "ui8-table7": 13,
-        "ui8-table8": 1,  # not R-FCN (MMDetection 3 has none)
+        "ui8-table8": 2,
         "ui8-table9": 2,
         "wageubn-table1": 6,
         "wageubn-table2": 6,
