@@ -1,9 +1,10 @@
 """INT8 compute backends, the ground floor (imports nothing from repro, tasks or tables).
 
-``get_backend(device)`` returns the module (``kernels.cpu`` or ``kernels.cuda``) that implements the one
-backend interface of kernels.backend on that device: the quantizer (absmax, per-channel statistics,
-nearest and stochastic rounding, the dequantizing epilogue) and exact int8 x int8 -> int32 convolutions
-and linear layers (forward, input gradient, weight gradient). ``kernels.reference`` is the exact int64
+``get_backend(device)`` returns the module (``kernels.cpu`` or ``kernels.cuda``; ``kernels.traceable``
+while torch.compile traces) that implements the one backend interface of kernels.backend on that device:
+the quantizer (absmax, per-channel statistics, nearest and stochastic rounding, the dequantizing
+epilogue) and exact int8 x int8 -> int32 convolutions and linear layers (forward, input gradient, weight
+gradient). ``kernels.reference`` is the exact int64
 oracle every backend is tested against.
 """
 
@@ -26,6 +27,10 @@ NUMERICS = "2"
 def get_backend(device: torch.device | str):
     """The INT8 backend module for a torch device (or device string such as "cpu", "cuda:0")."""
     dev = device if isinstance(device, torch.device) else torch.device(device)
+    if torch.compiler.is_compiling():
+        from . import traceable  # the same interface in torch ops and registered ops: no graph breaks
+
+        return traceable
     if dev.type == "cpu":
         return cpu
     if dev.type == "cuda":

@@ -3,7 +3,8 @@
 A quantized layer is the original module with its class swapped (as torchao's module_swap does): the
 same nn.Parameter objects and the same state_dict keys, so a swap after the optimizer, a DDP wrapper or
 a checkpoint exist is safe. Its forward runs one autograd Function per op family that asks the layer's
-method for int8 operands and the backend (kernels.get_backend) for exact int32 products:
+method for int8 operands and the backend (kernels.get_backend; under torch.compile kernels.traceable,
+whose products are registered ops) for exact int32 products:
 
     Y  = acc(q(X), q(W))          * (s_x / 127)(s_w / 127) + b
     GX = acc^T(q_gx(G), q(W))     * (s_gx / 127)(s_w / 127)
@@ -60,6 +61,12 @@ def _epilogue(backend, acc, scale, dtype, fmt, axis=None) -> torch.Tensor:
     return out if fmt is None else out.contiguous(memory_format=fmt)
 
 
+def _op_geometry(geometry) -> tuple[list[int], list[int], list[int], int]:
+    """(stride, padding, dilation, groups) as the custom ops' schema takes them (lists, not tuples)."""
+    stride, padding, dilation, groups = geometry
+    return list(stride), list(padding), list(dilation), groups
+
+
 def _weight_grad_scale(codes, sx: torch.Tensor) -> torch.Tensor:
     """GW's scale: (s_x/127)(s_c/127) per output channel (GVQ, DAIQ eq. 7) or (s_x/127)(s_g/127)."""
     return codes.gw_scale * (sx / QMAX**2)
@@ -75,7 +82,11 @@ class _Int8ConvFunction(torch.autograd.Function):
         # torch's convolution gives its output the input's layout; channels_last_out keeps the backend's
         ctx.x_format = None if layer.channels_last_out else _memory_format(x)
         out = _epilogue(
-            backend, backend.conv_forward(xq, wq, *geometry), sx * sw / QMAX**2, dtype, ctx.x_format
+            backend,
+            backend.conv_forward(xq, wq, *_op_geometry(geometry)),
+            sx * sw / QMAX**2,
+            dtype,
+            ctx.x_format,
         )
         if bias is not None:
             out += bias.detach().to(dtype).reshape(1, -1, *([1] * (x.dim() - 2)))
@@ -96,11 +107,11 @@ class _Int8ConvFunction(torch.autograd.Function):
         codes = ctx.quantizer.grad(gy, channel_axis=1)
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
-            acc = backend.conv_input_grad(codes.gx, wq, ctx.x_shape, *ctx.geometry)
+            acc = backend.conv_input_grad(codes.gx, wq, list(ctx.x_shape), *_op_geometry(ctx.geometry))
             # in x's layout too: custom ops' backward read their output gradient's memory the same way
             gx = _epilogue(backend, acc, codes.gx_scale * sw / QMAX**2, gy.dtype, ctx.x_format)
         if ctx.needs_input_grad[1]:
-            acc = backend.conv_weight_grad(xq, codes.gw, wq.shape, *ctx.geometry)
+            acc = backend.conv_weight_grad(xq, codes.gw, list(wq.shape), *_op_geometry(ctx.geometry))
             gw = _epilogue(backend, acc, _weight_grad_scale(codes, sx), ctx.w_dtype, None,
                            axis=0 if codes.gw_per_channel else None)  # fmt: skip
         if ctx.has_bias and ctx.needs_input_grad[2]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
+import dataclasses
 import statistics
 import sys
 import time
@@ -50,6 +51,7 @@ class Variant:
     amp: str | None = None  # autocast dtype: "float16" or "bfloat16"
     channels_last: bool = True
     tf32: bool = False  # CUDA: TF32 tensor cores for fp32 convolutions and matmuls
+    compiled: bool = False  # the model under torch.compile (compiled during the warm-up rounds)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -99,7 +101,7 @@ class _Runner:
             quantize_model(model, method, channels_last_out=True)
             optimizer = method.make_optimizer(model, optimizer) or optimizer
             LayerLrScaling(model, optimizer)
-        self.model, self.optimizer = model, optimizer
+        self.model, self.optimizer = (torch.compile(model) if variant.compiled else model), optimizer
         self.amp = getattr(torch, variant.amp) if variant.amp else None
         self.scaler = torch.amp.GradScaler(device.type) if variant.amp == "float16" else None
         self.memory_format = fmt
@@ -271,8 +273,10 @@ def time_steps(
     rounds: int,
     warmup: int = 2,
     device: torch.device | None = None,
+    compiled: bool = False,
 ) -> dict[str, list[float]]:
-    """Iteration seconds per method ("fp32" is the plain float model, "bf16"/"fp16" mixed precision)."""
+    """Iteration seconds per method ("fp32" is the plain float model, "bf16"/"fp16" mixed precision);
+    compiled: each also under torch.compile ("<method>+compile"), timed in the same rounds."""
     device = device or torch.device("cpu")
     variants = []
     for m in methods:
@@ -282,6 +286,8 @@ def time_steps(
             variants.append(Variant("fp32", "FP32"))
         else:
             variants.append(int8_variant(m))
+    if compiled:
+        variants += [dataclasses.replace(v, name=f"{v.name}+compile", compiled=True) for v in variants]
     out = time_variants(
         variants, model=model_name, batch=batch, size=size, device=device, rounds=rounds, warmup=warmup,
         num_classes=10, memory=False,

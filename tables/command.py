@@ -40,7 +40,9 @@ def cmd_step_time(args) -> int:
             f"error: unknown method {unknown[0]!r}; choose from {', '.join(list_methods())}", file=sys.stderr
         )
         return 2
-    times = time_steps(args.model, methods, args.batch, args.size, args.rounds)
+    # a compiled variant compiles in its warm-up rounds (two for DAIQ: its state exists after one step)
+    warmup = 3 if args.compile else 2
+    times = time_steps(args.model, methods, args.batch, args.size, args.rounds, warmup, compiled=args.compile)
     print(f"{args.model}, batch {args.batch}, {args.size}x{args.size} input, {args.rounds} rounds, CPU")
     print(report(times))
     return 0
@@ -64,6 +66,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--compile", action="store_true", help="also time each method under torch.compile")
     p.set_defaults(func=cmd_step_time)
     add_train_parser(sub)
     add_table_parser(sub)

@@ -118,7 +118,7 @@ class AfpQuantizer(LayerQuantizer):
 
     def simulate(self, x: torch.Tensor, weight: torch.Tensor, op) -> torch.Tensor:
         y = op(ste(x, self.a), ste(weight, self.w))
-        self.step += 1
+        self.count_step()
         return grad_quant(y, self.g).clone()  # not a view: ReLU(inplace=True) modifies layer outputs
 
     def bits(self) -> dict[str, int]:

@@ -48,7 +48,20 @@ class LayerQuantizer:
     def __init__(self, method: Method):
         self.method = method
         self.opts = method.opts
-        self.step = 0  # backward passes seen by this layer
+        # backward passes seen by this layer: a tensor counted in place, so that a compiled backward
+        # (torch.compile) updates it without a graph break; `step` reads it as an int
+        self._steps = torch.zeros((), dtype=torch.int64)
+
+    @property
+    def step(self) -> int:
+        return int(self._steps)
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._steps.fill_(int(value))
+
+    def count_step(self) -> None:
+        self._steps.add_(1)
 
     # Forward (UI8 and DAIQ alike): per-tensor s = max|x|, nearest rounding.
     def weight(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

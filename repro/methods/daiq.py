@@ -49,13 +49,13 @@ class DaiqQuantizer(LayerQuantizer):
 
     def __init__(self, method: Method):
         super().__init__(method)
-        self.scale: torch.Tensor | None = None  # s_{c,t-1}, on the CPU between iterations
+        self.scale: torch.Tensor | None = None  # s_{c,t-1}, on G's device
         self.last_gaussian: torch.Tensor | None = None  # discriminator decision, kept for statistics
 
     def grad(self, g: torch.Tensor, channel_axis: int) -> GradCodes:
         # Three passes over G: the per-channel statistics; the GX codes (per tensor, s = max|G|) together
         # with the counts of |g| > sigma_c; the GW codes with the clip values MCS chose from those counts.
-        self.step += 1
+        self.count_step()
         backend = kernels.get_backend(g.device)
         axis = channel_axis if self.per_channel else None
         gmax, sigma = backend.channel_stats(g, axis)
@@ -66,13 +66,22 @@ class DaiqQuantizer(LayerQuantizer):
             prev = None if self.scale is None else self.scale.to(gmax.device)
             o = self.opts
             s = mcs_update(gmax, above, prev, o["k"], o["A"], o["lam"])
-            self.scale = s.detach()
-            self.last_gaussian = (above > o["lam"]).detach()
+            self._keep(s.detach(), (above > o["lam"]).detach())
         else:
             gx = backend.quantize(g, gx_scale, None, "stochastic")
             s = gmax
         gw = backend.quantize(g, s, axis, "stochastic")
         return GradCodes(gx, gx_scale, gw, s)
+
+    def _keep(self, scale: torch.Tensor, gaussian: torch.Tensor) -> None:
+        """s_{c,t} and the decisions, into the tensors of the last iteration (in place: a compiled backward
+        updates them without a graph break); the first iteration, or another shape, allocates them."""
+        kept = self.scale, self.last_gaussian
+        if any(t is None or t.shape != scale.shape or t.device != scale.device for t in kept):
+            self.scale, self.last_gaussian = scale.clone(), gaussian.clone()
+        else:
+            self.scale.copy_(scale)
+            self.last_gaussian.copy_(gaussian)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

@@ -65,7 +65,7 @@ class DorefaQuantizer(LayerQuantizer):
     def simulate(self, x: torch.Tensor, weight: torch.Tensor, op) -> torch.Tensor:
         o = self.opts
         y = op(quantize_activation(x, o["bits_a"]), quantize_weight(weight, o["bits_w"]))
-        self.step += 1
+        self.count_step()
         # clone: grad_quant returns a view, and models modify layer outputs in place (ReLU(inplace=True))
         return grad_quant(y, lambda g: quantize_grad(g, o["bits_g"]).to(g.dtype)).clone()
 

@@ -14,7 +14,7 @@ from repro.methods.base import GradCodes, LayerQuantizer, Method
 
 class GlobalQuantizer(LayerQuantizer):
     def grad(self, g: torch.Tensor, channel_axis: int) -> GradCodes:
-        self.step += 1
+        self.count_step()
         q, s = kernels.get_backend(g.device).absmax_quantize(g, rounding="stochastic")
         return GradCodes(q, s, q, s)
 

@@ -217,7 +217,7 @@ class Ui8Quantizer(LayerQuantizer):
             if self.due():
                 self._d_c = cosine_distance_tensor(g, s)
                 self.updates += 1
-        self.step += 1
+        self.count_step()
         q = backend.quantize(g, s, None, "stochastic")
         return GradCodes(q, s, q, s)
 

@@ -106,7 +106,7 @@ class WageQuantizer(LayerQuantizer):
         w = ste(weight, lambda t: q(c(t, o["bits_w"]), o["bits_w"]) / self.alpha)
         a = ste(c(x, o["bits_a"]), lambda t: q(t, o["bits_a"]))
         y = op(a, w)
-        self.step += 1
+        self.count_step()
         # clone: grad_quant returns a view, and models modify layer outputs in place (ReLU(inplace=True))
         return grad_quant(y, lambda e: quantize_error(e, o["bits_e"])).clone()
 

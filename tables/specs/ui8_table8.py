@@ -2,11 +2,11 @@
 
 UI8 sec. 4.3 follows the hyper-parameters of Li et al. 2019 (FQN) and uses the classification alpha and
 beta. Faster R-CNN runs as MMDetection 3's shipped R-50-FPN VOC 07+12 config (tasks/configs/detection/),
-scored AP@0.5 on VOC2007 test. MMDetection 3 ships no R-FCN: tasks.rfcn builds it from MMDetection's parts
-and torchvision's ps_roi_align (config rfcn_r101_voc0712_int8.py, same schedule as Faster R-CNN). At the embedded
-profile VOC is stood in for by `shapes-det` (tasks.detection_data: generated shapes in COCO format, read by
-MMDetection's CocoDataset, scored AP@0.5 by its CocoMetric), trained from scratch at 96 px; its numbers are
-not VOC numbers. The generated header names the data actually used.
+scored AP@0.5 on VOC2007 test. MMDetection 3 ships no R-FCN: tasks.rfcn builds it from MMDetection's
+parts and torchvision's ps_roi_align (config rfcn_r101_voc0712_int8.py, the schedule of Faster R-CNN's). At
+the embedded profile VOC is stood in for by `shapes-det` (tasks.detection_data: generated shapes in COCO
+format, read by MMDetection's CocoDataset, scored AP@0.5 by its CocoMetric), trained from scratch at 96 px;
+its numbers are not VOC numbers. The generated header names the data actually used.
 """
 
 from tables.spec import Spec, row_factory

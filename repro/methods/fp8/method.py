@@ -48,7 +48,7 @@ class Fp8Quantizer(LayerQuantizer):
         a = ste(x, lambda t: round_to(t, FP8).to(t.dtype))
         w = ste(w, lambda t: round_to(t, FP8).to(t.dtype))
         y = ste(op(a, w), lambda t: round_to(t, FP16).to(t.dtype))  # the forward accumulator, FP16
-        self.step += 1
+        self.count_step()
         # E in FP8 (loss-scaled); clone: grad_quant returns a view, and ReLU(inplace=True) modifies it
         return grad_quant(y, lambda g: self._scaled(g, FP8)).clone()
 

@@ -74,7 +74,7 @@ class WageubnQuantizer(LayerQuantizer):
         y = op(x, w)
         if "E2" in m.parts:
             y = grad_quant(y, m.qe2)
-        self.step += 1
+        self.count_step()
         return y
 
 

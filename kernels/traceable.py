@@ -1,0 +1,129 @@
+"""The backend interface as torch.compile traces it: what ``kernels.get_backend`` returns under Dynamo.
+
+The eager backends (kernels.cpu, kernels.cuda) are opaque to Dynamo: ctypes and CuPy calls, host checks of
+every input. Here the same interface is written so that a compiled training step is one graph:
+
+- the products are the registered ops of kernels.ops (one graph node each, the eager backend inside);
+- absmax, the per-channel statistics, quantization and the dequantizing epilogue are plain torch ops, which
+  inductor fuses with the op that produces their input (BatchNorm, ReLU) or consumes their output;
+- a NaN or Inf sets the device's flag (kernels.errors.device_flag, in place) instead of raising inside
+  the step, as the CUDA backend does; ``raise_if_nonfinite`` reads it once per iteration, so a diverged
+  compiled run is recorded as diverged.
+
+Nearest rounding is repro.quant's arithmetic step for step (inv = reciprocal(s) * 127 in fp32, clamp,
+round half to even): bit-identical to the eager backends. Stochastic rounding is floor(v + u) with u from
+torch's generator as the compiled graph draws it (inductor's Philox), not the eager backends' per-call
+Philox key: unbiased, reproducible for a seed under compile, but another noise stream than eager
+(NOISE_STREAM names it; a compiled table cell's key holds it). The per-channel standard deviation is
+torch's two-pass one in float64, where the eager backends use one-pass float64 moments: equal to float32
+rounding for the gradients DAIQ reads.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .backend import QMAX
+from .errors import device_flag
+from .ops import (
+    conv_forward,
+    conv_input_grad,
+    conv_weight_grad,
+    linear_forward,
+    linear_input_grad,
+    linear_weight_grad,
+)
+
+__all__ = [
+    "NOISE_STREAM",
+    "absmax",
+    "absmax_quantize",
+    "channel_stats",
+    "conv_forward",
+    "conv_input_grad",
+    "conv_weight_grad",
+    "dequantize",
+    "linear_forward",
+    "linear_input_grad",
+    "linear_weight_grad",
+    "quantize",
+]
+
+NOISE_STREAM = "inductor-philox"
+
+
+def _flag_nonfinite(x: torch.Tensor) -> None:
+    bad = ~torch.isfinite(x.sum())
+    device_flag(x.device).bitwise_or_(bad.to(torch.int32).reshape(1))
+
+
+def _along(t: torch.Tensor, axis: int | None, ndim: int) -> torch.Tensor:
+    """A per-slice vector shaped to broadcast along `axis` of an ndim-tensor (a scalar stays one)."""
+    if axis is None:
+        return t.reshape(())
+    shape = [1] * ndim
+    shape[axis] = -1
+    return t.reshape(shape)
+
+
+def _other_dims(ndim: int, axis: int) -> list[int]:
+    return [d for d in range(ndim) if d != axis]
+
+
+def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+    xf = x.detach().float()
+    _flag_nonfinite(xf)
+    if axis is None:
+        return xf.abs().amax() if xf.numel() else xf.new_zeros(())
+    dims = _other_dims(x.dim(), axis % x.dim())
+    return xf.abs().amax(dim=dims) if dims else xf.abs()
+
+
+def channel_stats(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    xd = x.detach().double()
+    _flag_nonfinite(xd)
+    if axis is None:
+        return xd.abs().amax().float(), xd.std(correction=0).float()
+    dims = _other_dims(x.dim(), axis % x.dim())
+    return xd.abs().amax(dim=dims).float(), xd.std(dim=dims, correction=0).float()
+
+
+def quantize(x, scale, axis=None, rounding="nearest", generator=None, above=None):
+    if rounding not in ("nearest", "stochastic"):
+        raise ValueError(f"unknown rounding {rounding!r}; choose one of nearest, stochastic")
+    if generator is not None:
+        raise ValueError("a compiled quantizer draws its noise from torch's default generator")
+    xf = x.detach().float()
+    ndim = x.dim()
+    axis = None if axis is None else axis % max(1, ndim)
+    s = torch.as_tensor(scale, dtype=torch.float32, device=x.device).detach()
+    _flag_nonfinite(s)
+    _flag_nonfinite(xf)
+    inv = torch.where(s > 0, s.clamp_min(torch.finfo(torch.float32).tiny).reciprocal() * QMAX, 0.0)
+    v = (xf * _along(inv, axis, ndim)).clamp(-QMAX, QMAX)
+    if rounding == "nearest":
+        v = v.round()
+    else:
+        v = (v + torch.rand_like(v)).floor().clamp(-QMAX, QMAX)
+    q = v.to(torch.int8)
+    if above is None:
+        return q
+    dim, thresholds = above
+    t = thresholds.detach().float()
+    if dim is None:
+        return q, (xf.abs() > t.reshape(())).sum().reshape(1)
+    dim %= ndim
+    return q, (xf.abs() > _along(t, dim, ndim)).sum(dim=_other_dims(ndim, dim))
+
+
+def absmax_quantize(x, axis=None, rounding="nearest", generator=None):
+    s = absmax(x, axis)
+    return quantize(x, s, axis, rounding, generator), s
+
+
+def dequantize(acc, scale, axis=None, dtype=torch.float32, inplace=False):
+    """acc * scale as `dtype`: inplace is the eager backends' saving; the compiler fuses this instead."""
+    s = torch.as_tensor(scale, dtype=torch.float32, device=acc.device)
+    if axis is not None and s.numel() > 1:
+        s = _along(s, axis % acc.dim(), acc.dim())
+    return (acc.float() * s).to(dtype)
