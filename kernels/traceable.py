@@ -6,9 +6,12 @@ every input. Here the same interface is written so that a compiled training step
 - the products are the registered ops of kernels.ops (one graph node each, the eager backend inside);
 - absmax, the per-channel statistics, quantization and the dequantizing epilogue are plain torch ops, which
   inductor fuses with the op that produces their input (BatchNorm, ReLU) or consumes their output;
-- a NaN or Inf sets the device's flag (kernels.errors.device_flag, in place) instead of raising inside
-  the step, as the CUDA backend does; ``raise_if_nonfinite`` reads it once per iteration, so a diverged
-  compiled run is recorded as diverged.
+- a NaN or Inf is neither raised (that would read the tensor on the host inside the graph) nor flagged
+  in a global tensor (AOTAutograd cannot partition a graph input mutated in both the forward and the
+  backward pass): it propagates instead. max|x| of such an input is NaN or Inf, so the scale, and with it
+  the layer's output or gradient, is NaN; the loss or the next step's loss is NaN, which the run recorder
+  checks every iteration (tasks.run_recorder.check_loss): a diverged compiled run is recorded as diverged,
+  at most one iteration later than eager.
 
 Nearest rounding is repro.quant's arithmetic step for step (inv = reciprocal(s) * 127 in fp32, clamp,
 round half to even): bit-identical to the eager backends. Stochastic rounding is floor(v + u) with u from
@@ -24,7 +27,6 @@ from __future__ import annotations
 import torch
 
 from .backend import QMAX
-from .errors import device_flag
 from .ops import (
     conv_forward,
     conv_input_grad,
@@ -52,11 +54,6 @@ __all__ = [
 NOISE_STREAM = "inductor-philox"
 
 
-def _flag_nonfinite(x: torch.Tensor) -> None:
-    bad = ~torch.isfinite(x.sum())
-    device_flag(x.device).bitwise_or_(bad.to(torch.int32).reshape(1))
-
-
 def _along(t: torch.Tensor, axis: int | None, ndim: int) -> torch.Tensor:
     """A per-slice vector shaped to broadcast along `axis` of an ndim-tensor (a scalar stays one)."""
     if axis is None:
@@ -72,7 +69,6 @@ def _other_dims(ndim: int, axis: int) -> list[int]:
 
 def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
     xf = x.detach().float()
-    _flag_nonfinite(xf)
     if axis is None:
         return xf.abs().amax() if xf.numel() else xf.new_zeros(())
     dims = _other_dims(x.dim(), axis % x.dim())
@@ -81,7 +77,6 @@ def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
 
 def channel_stats(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     xd = x.detach().double()
-    _flag_nonfinite(xd)
     if axis is None:
         return xd.abs().amax().float(), xd.std(correction=0).float()
     dims = _other_dims(x.dim(), axis % x.dim())
@@ -97,8 +92,6 @@ def quantize(x, scale, axis=None, rounding="nearest", generator=None, above=None
     ndim = x.dim()
     axis = None if axis is None else axis % max(1, ndim)
     s = torch.as_tensor(scale, dtype=torch.float32, device=x.device).detach()
-    _flag_nonfinite(s)
-    _flag_nonfinite(xf)
     inv = torch.where(s > 0, s.clamp_min(torch.finfo(torch.float32).tiny).reciprocal() * QMAX, 0.0)
     v = (xf * _along(inv, axis, ndim)).clamp(-QMAX, QMAX)
     if rounding == "nearest":

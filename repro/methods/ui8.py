@@ -177,7 +177,15 @@ class Ui8Quantizer(LayerQuantizer):
         super().__init__(method)
         self._clip: torch.Tensor | None = None
         self._d_c: torch.Tensor | None = None
-        self.updates = 0  # how many times c was re-optimised
+        self._updates = torch.zeros((), dtype=torch.int64)  # how many times c was re-optimised
+
+    @property
+    def updates(self) -> int:
+        return int(self._updates)
+
+    @updates.setter
+    def updates(self, value: int) -> None:
+        self._updates.fill_(int(value))
 
     @property
     def clip(self) -> float | None:
@@ -206,7 +214,9 @@ class Ui8Quantizer(LayerQuantizer):
 
     def grad(self, g: torch.Tensor, channel_axis: int) -> GradCodes:
         backend = kernels.get_backend(g.device)
-        if self.opts["clip"]:
+        if torch.compiler.is_compiling() and self._traceable_state(g):
+            s = self._traced_scale(g, backend)
+        elif self.opts["clip"]:
             if self._clip is None or self.due():
                 self._clip, self._d_c = search_clip_tensor(g)
                 self.updates += 1
@@ -220,6 +230,40 @@ class Ui8Quantizer(LayerQuantizer):
         self.count_step()
         q = backend.quantize(g, s, None, "stochastic")
         return GradCodes(q, s, q, s)
+
+    def _traceable_state(self, g: torch.Tensor) -> bool:
+        """Whether c and d_c are float32 tensors on g's device, as the first eager-like step leaves them
+        (a compiled step updates them in place; before that the eager branch allocates them)."""
+        return all(
+            t is not None and t.dtype == torch.float32 and t.device == g.device
+            for t in (self._clip, self._d_c)
+        ) or (not self.opts["clip"] and self._d_c is not None and self._d_c.dtype == torch.float32)
+
+    def _traced_scale(self, g: torch.Tensor, backend) -> torch.Tensor:
+        """grad's clip value under torch.compile: the periodic search is a torch.cond on the step counter
+        (one compiled graph for both branches, no recompilation), its results copied into the state."""
+        due = self._steps % self.opts["period"] == 0  # on the CPU, as the counters: no device wait
+        if self.opts["clip"]:
+            c, d = torch.cond(
+                due,
+                lambda g, c, d: search_clip_tensor(g),
+                lambda g, c, d: (c.clone(), d.clone()),
+                (g.detach(), self._clip, self._d_c),
+            )
+            self._clip.copy_(c)
+            self._d_c.copy_(d)
+            s = torch.where(c > 0, c, backend.absmax(g))
+        else:
+            s = backend.absmax(g)
+            d = torch.cond(
+                due,
+                lambda g, s, d: cosine_distance_tensor(g, s).float(),
+                lambda g, s, d: d.clone(),
+                (g.detach(), s, self._d_c),
+            )
+            self._d_c.copy_(d)
+        self._updates.add_(due.to(torch.int64))
+        return s
 
     def lr_scale(self) -> float:
         if not self.opts["lr_scaling"]:
