@@ -101,6 +101,11 @@ def add_train_arguments(parser: argparse.ArgumentParser, task_choice: bool = Tru
         default="none",
         help="pytorch: run under torchrun (MMEngine launcher='pytorch')",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="train under torch.compile (MMEngine's compile=True: the whole train_step; kernels.traceable)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
 
 
@@ -156,6 +161,8 @@ def _train(args) -> int:
         cfg_options["default_hooks.checkpoint.min_interval_s"] = args.checkpoint_interval
     if args.launcher != "none":
         cfg_options["launcher"] = args.launcher
+    if args.compile:
+        cfg_options["compile"] = True
     try:
         result = task.run(
             args.model or Path(config).stem,

@@ -5,6 +5,8 @@ after warm-up, the compiled forward bit-identical to eager under nearest roundin
 Small on purpose: a six-layer network (convolution, BatchNorm, ReLU, strided, depthwise, linear) at 16 px.
 """
 
+import json
+
 import pytest
 import torch
 import torch._dynamo
@@ -191,3 +193,15 @@ def test_ui8_periodic_search_runs_compiled_as_eager_does(clip):
     a, b = eager[3].int8, compiled[3].int8
     assert (a.step, a.updates) == (b.step, b.updates) == (5, 3)
     assert (a.clip is None) == (b.clip is None) and a.d_c > 0 and b.d_c > 0
+
+
+@pytest.mark.slow
+def test_repro_train_compile_trains_a_daiq_smoke_run_under_mmengine_compile(capsys):
+    """`repro train --compile` is MMEngine's compile=True: the whole train_step compiled, INT8 layers in."""
+    from tables.command import main
+
+    argv = ["train", "--task", "classification", "--model", "resnet18", "--method", "daiq", "--compile"]
+    argv += ["--profile", "smoke", "--json", "--cfg-options", "log_level=ERROR"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert not result["diverged"] and result["iters"] == 6 and 0 <= result["top1"] <= 100
