@@ -131,7 +131,7 @@ $(DETECTION_TABLES): SEEDS = 1
 # Video (DAIQ Table 6) takes the profile's seeds (embedded: 3, about 16 minutes a seed): its rows are
 # part of the close-to-FP32 claim, which needs each row's interval.
 TABLE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
-             $(if $(DATA_ROOT),--data-root $(DATA_ROOT))
+             $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) $(if $(COMPILE),--compile)
 SPEED_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DEVICE),--device $(DEVICE)) \
              $(if $(BATCH),--batch $(BATCH)) $(if $(SIZE),--size $(SIZE)) $(if $(ROUNDS),--rounds $(ROUNDS))
 

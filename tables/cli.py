@@ -47,6 +47,11 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
     speed.add_argument("--size", type=int, default=None, help="input resolution (default: 224)")
     speed.add_argument("--rounds", type=int, default=None, help="timed rounds (default per profile)")
     p.add_argument(
+        "--compile",
+        action="store_true",
+        help="train every cell under torch.compile (cells of their own: the key names the compiled noise)",
+    )
+    p.add_argument(
         "--cached-only",
         action="store_true",
         help="write the table from the cached cells alone, the others shown pending; train nothing",
@@ -78,6 +83,12 @@ def cmd_table(args) -> int:
         print(f"error: --seeds must be at least 1, got {args.seeds}", file=sys.stderr)
         return 2
     if args.name in SPEED_SPECS:
+        if args.compile:
+            print(
+                "error: --compile applies to the training tables (use repro step-time --compile)",
+                file=sys.stderr,
+            )
+            return 2
         if args.cached_only:
             print(
                 "error: --cached-only applies to the training tables (a speed table is one cell)",
@@ -92,6 +103,8 @@ def cmd_table(args) -> int:
         command += f" --data-root {args.data_root}"
     if args.cached_only:
         command += " --cached-only"
+    if args.compile:
+        command += " --compile"
     try:
         out = generate(
             args.name,
@@ -104,6 +117,7 @@ def cmd_table(args) -> int:
             verbose=args.verbose,
             skip_bad_samples=args.skip_bad_samples,
             cached_only=args.cached_only,
+            compiled=args.compile,
         )
     except KeyboardInterrupt:
         print(

@@ -331,6 +331,7 @@ def generate(
     verbose: bool = False,
     skip_bad_samples: bool = False,
     cached_only: bool = False,
+    compiled: bool = False,
 ) -> Generated:
     """Run the missing cells of one table and write results/<name>.md, .csv and .meta.json.
 
@@ -338,6 +339,8 @@ def generate(
     cache key; an injected runner uses `recipe_version` as given. `skip_bad_samples` lets the cells skip
     unreadable samples (each cell's result lists them; the cell keys do not change). `cached_only`
     writes the table from the cache alone (e.g. while another process is still running its cells).
+    `compiled`: every cell trains under torch.compile (MMEngine's compile=True); its arithmetic differs
+    from eager in the stochastic-rounding stream, so the cells' numerics (and keys) name it.
     """
     from tables import render
 
@@ -354,9 +357,15 @@ def generate(
     if runner is None and runnable:
         runner, recipe_version = load_task_runner(spec.task)
         numerics = kernels.NUMERICS
+    if compiled:
+        from kernels.traceable import NOISE_STREAM
+
+        numerics = f"{numerics or kernels.NUMERICS}+compiled:{NOISE_STREAM}"
     plan = make_plan(spec, profile, seed_list, data_root, recipe_version, numerics)
     log_root = None if verbose else results_dir / "logs"
     options = {"skip_bad_samples": True} if skip_bad_samples else {}
+    if compiled:
+        options["cfg_options"] = {"compile": True}
     start = time.perf_counter()
     outcomes = run_cells(plan, cache, runner, results_dir / "work", progress, log_root, options, cached_only)
     wall = time.perf_counter() - start

@@ -296,6 +296,11 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
         f"(iterations: {iters}). Seeds: {seeds}.",
         disclaimer,
     ]
+    if plan.numerics and "+compiled:" in plan.numerics:
+        header.append(
+            "Every cell trained under torch.compile: gradients' stochastic rounding drew the compiled "
+            f"graph's noise (numerics {plan.numerics}), not the eager backends'."
+        )
     n_cells = len(plan.cells)
     return {
         "name": spec.name,

@@ -284,6 +284,22 @@ def keys_of(runner):
     ]
 
 
+def test_compiled_table_runs_its_own_cells_under_compile(tmp_path):
+    eager = FakeRunner()
+    run_table("ui8-table5", tmp_path, eager)
+    compiled = FakeRunner()
+    out = run_table("ui8-table5", tmp_path, compiled, compiled=True)
+    assert len(compiled.calls) == len(eager.calls) == out.ran  # none shared with the eager cells
+    assert all(c["cfg_options"] == {"compile": True} for c in compiled.calls)
+    assert all("cfg_options" not in c for c in eager.calls)
+    assert (
+        "trained under torch.compile" in out.markdown and "--compile" not in out.markdown.split("| Model")[0]
+    )
+    assert all(
+        "+compiled:" in cell.numerics for rp in out.plan.rows for _, *cells in rp.cells for cell in cells
+    )
+
+
 def test_second_run_runs_zero_cells_and_fp32_is_shared(tmp_path):
     first = FakeRunner()
     out = run_table("table4", tmp_path, first, seeds=2)
