@@ -157,6 +157,54 @@ def test_cpu_conv_matches_reference(monkeypatch, route, nd, k, s, p, d, groups, 
         assert_same(a, b, what)
 
 
+# +-127 everywhere with one sign per output channel: the largest sums every pass forms. K = Cin/groups *
+# prod(k) of 1152 and 1440 takes the sums past 2^24 (oneDNN's fp32 output is then inexact: the guards'
+# fallbacks must run); depthwise goes to the native kernels.
+ADVERSARIAL = {  # name: (cin, cout, groups, kernel, stride, padding, dilation)
+    "grouped": (256, 8, 2, 3, 1, 1, 1),
+    "depthwise-strided": (16, 16, 16, 3, 2, 1, 1),
+    "dilated": (160, 4, 1, 3, 1, 2, 2),
+}
+
+
+def adversarial_case(cin, cout, groups, k, s, p, d):
+    x = torch.full((2, cin, 6, 6), 127, dtype=torch.int8)
+    x[1] = -127
+    w = torch.full((cout, cin // groups, k, k), 127, dtype=torch.int8)
+    w[1::2] = -127
+    g = torch.full(reference.conv_forward(x, w, s, p, d, groups).shape, 127, dtype=torch.int8)
+    g[:, 1::2] = -127
+    return x, w, g
+
+
+@pytest.mark.parametrize("route", ["onednn", "im2col"])
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_cpu_every_pass_exact_at_adversarial_operands(monkeypatch, route, name):
+    cin, cout, groups, k, s, p, d = ADVERSARIAL[name]
+    monkeypatch.setattr(cpu, "_SMALL_OUT", 0 if route == "onednn" else 1 << 30)
+    x, w, g = adversarial_case(cin, cout, groups, k, s, p, d)
+    args = (s, p, d, groups)
+    assert_same(cpu.conv_forward(x, w, *args), reference.conv_forward(x, w, *args), "forward")
+    assert_same(cpu.conv_input_grad(g, w, x.shape, *args), reference.conv_input_grad(g, w, x.shape, *args))
+    assert_same(cpu.conv_weight_grad(x, g, w.shape, *args), reference.conv_weight_grad(x, g, w.shape, *args))
+
+
+def test_cpu_linear_passes_exact_at_the_int32_limit():
+    k = 133_000  # 127^2 * k = 2,145,157,000, just under 2^31 - 1
+    x = torch.full((2, k), 127, dtype=torch.int8)
+    x[1] = -127
+    w = torch.full((3, k), 127, dtype=torch.int8)
+    w[1] = -127
+    assert int(cpu.linear_forward(x, w)[0, 0]) == k * 127**2
+    assert_same(cpu.linear_forward(x, w), reference.linear_forward(x, w), "forward")
+    g = torch.full((1100, 2), 127, dtype=torch.int8)  # input grad reduces over N = 2; weight grad over M
+    g[:, 1] = -127
+    wide = torch.full((2, 64), -127, dtype=torch.int8)
+    assert_same(cpu.linear_input_grad(g, wide), reference.linear_input_grad(g, wide), "input grad")
+    xs = torch.full((1100, 64), 127, dtype=torch.int8)
+    assert_same(cpu.linear_weight_grad(xs, g), reference.linear_weight_grad(xs, g), "weight grad")
+
+
 def layouts(t: torch.Tensor):
     """The same values as contiguous, channels-last and non-contiguous (strided, transposed) tensors."""
     yield "contiguous", t.contiguous()

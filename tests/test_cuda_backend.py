@@ -24,7 +24,7 @@ import numpy as np
 import philox_mirror
 import pytest
 import torch
-from test_backend import CIN, CPU_GRID, assert_same, both, conv_case, rand_i8
+from test_backend import ADVERSARIAL, CIN, CPU_GRID, adversarial_case, assert_same, both, conv_case, rand_i8
 
 import kernels
 from kernels import cuda, cuda_blas, cuda_quantize, errors, reference
@@ -354,6 +354,29 @@ def test_harness_extreme_values(on_cpu):
     w = torch.full((4, 200), -127, dtype=torch.int8)
     w[1, 1::2] = 127
     assert_same(cuda.linear_forward(x, w), reference.linear_forward(x, w))
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_harness_every_pass_exact_at_adversarial_operands(on_cpu, name):
+    """The CUDA kernels' three passes on +-127 with one sign per output channel: grouped, depthwise and
+    dilated, the largest sums each pass forms."""
+    cin, cout, groups, k, s, p, d = ADVERSARIAL[name]
+    x, w, g = adversarial_case(cin, cout, groups, k, s, p, d)
+    args = (s, p, d, groups)
+    assert_same(cuda.conv_forward(x, w, *args), reference.conv_forward(x, w, *args), "forward")
+    assert_same(cuda.conv_input_grad(g, w, x.shape, *args), reference.conv_input_grad(g, w, x.shape, *args))
+    assert_same(cuda.conv_weight_grad(x, g, w.shape, *args), reference.conv_weight_grad(x, g, w.shape, *args))
+
+
+def test_harness_linear_backward_passes_at_extreme_values(on_cpu):
+    g = torch.full((70, 130), 127, dtype=torch.int8)
+    g[:, 1::2] = -127
+    w = torch.full((130, 33), -127, dtype=torch.int8)
+    w[::3] = 127
+    x = torch.full((70, 33), 127, dtype=torch.int8)
+    x[1::2] = -127
+    assert_same(cuda.linear_input_grad(g, w), reference.linear_input_grad(g, w), "input grad")
+    assert_same(cuda.linear_weight_grad(x, g), reference.linear_weight_grad(x, g), "weight grad")
 
 
 @pytest.mark.parametrize("k,s,p", [(1, 1, 0), (1, 2, 0), (3, 1, 1), (3, 2, 1)])
