@@ -17,9 +17,8 @@ Nearest rounding is repro.quant's arithmetic step for step (inv = reciprocal(s) 
 round half to even): bit-identical to the eager backends. Stochastic rounding is floor(v + u) with u from
 torch's generator as the compiled graph draws it (inductor's Philox), not the eager backends' per-call
 Philox key: unbiased, reproducible for a seed under compile, but another noise stream than eager
-(NOISE_STREAM names it; a compiled table cell's key holds it). The per-channel standard deviation is
-torch's two-pass one in float64, where the eager backends use one-pass float64 moments: equal to float32
-rounding for the gradients DAIQ reads.
+(NOISE_STREAM names it; a compiled table cell's key holds it). The per-channel standard deviation comes
+from float64 first and second moments as in the eager backends (the summation order may differ).
 """
 
 from __future__ import annotations
@@ -76,11 +75,13 @@ def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
 
 
 def channel_stats(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """max|x| and sigma from float64 first and second moments, as the eager backends (one fused pass)."""
     xd = x.detach().double()
-    if axis is None:
-        return xd.abs().amax().float(), xd.std(correction=0).float()
-    dims = _other_dims(x.dim(), axis % x.dim())
-    return xd.abs().amax(dim=dims).float(), xd.std(dim=dims, correction=0).float()
+    dims = list(range(x.dim())) if axis is None else _other_dims(x.dim(), axis % x.dim())
+    n = max(1, x.numel() // (1 if axis is None else max(1, x.shape[axis])))
+    mean = xd.sum(dim=dims) / n
+    sigma = ((xd * xd).sum(dim=dims) / n - mean * mean).clamp_min(0.0).sqrt()
+    return xd.abs().amax(dim=dims).float(), sigma.float()
 
 
 def quantize(x, scale, axis=None, rounding="nearest", generator=None, above=None):
