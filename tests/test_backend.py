@@ -177,16 +177,24 @@ def adversarial_case(cin, cout, groups, k, s, p, d):
     return x, w, g
 
 
+def assert_passes_exact(backend, x, w, g, args) -> None:
+    """The backend's forward, input and weight gradient equal the reference's, bit for bit."""
+    assert_same(backend.conv_forward(x, w, *args), reference.conv_forward(x, w, *args), "forward")
+    assert_same(
+        backend.conv_input_grad(g, w, x.shape, *args), reference.conv_input_grad(g, w, x.shape, *args)
+    )
+    assert_same(
+        backend.conv_weight_grad(x, g, w.shape, *args), reference.conv_weight_grad(x, g, w.shape, *args)
+    )
+
+
 @pytest.mark.parametrize("route", ["onednn", "im2col"])
 @pytest.mark.parametrize("name", list(ADVERSARIAL))
 def test_cpu_every_pass_exact_at_adversarial_operands(monkeypatch, route, name):
     cin, cout, groups, k, s, p, d = ADVERSARIAL[name]
     monkeypatch.setattr(cpu, "_SMALL_OUT", 0 if route == "onednn" else 1 << 30)
     x, w, g = adversarial_case(cin, cout, groups, k, s, p, d)
-    args = (s, p, d, groups)
-    assert_same(cpu.conv_forward(x, w, *args), reference.conv_forward(x, w, *args), "forward")
-    assert_same(cpu.conv_input_grad(g, w, x.shape, *args), reference.conv_input_grad(g, w, x.shape, *args))
-    assert_same(cpu.conv_weight_grad(x, g, w.shape, *args), reference.conv_weight_grad(x, g, w.shape, *args))
+    assert_passes_exact(cpu, x, w, g, (s, p, d, groups))
 
 
 def test_cpu_linear_passes_exact_at_the_int32_limit():

@@ -24,7 +24,17 @@ import numpy as np
 import philox_mirror
 import pytest
 import torch
-from test_backend import ADVERSARIAL, CIN, CPU_GRID, adversarial_case, assert_same, both, conv_case, rand_i8
+from test_backend import (
+    ADVERSARIAL,
+    CIN,
+    CPU_GRID,
+    adversarial_case,
+    assert_passes_exact,
+    assert_same,
+    both,
+    conv_case,
+    rand_i8,
+)
 
 import kernels
 from kernels import cuda, cuda_blas, cuda_quantize, errors, reference
@@ -362,10 +372,7 @@ def test_harness_every_pass_exact_at_adversarial_operands(on_cpu, name):
     dilated, the largest sums each pass forms."""
     cin, cout, groups, k, s, p, d = ADVERSARIAL[name]
     x, w, g = adversarial_case(cin, cout, groups, k, s, p, d)
-    args = (s, p, d, groups)
-    assert_same(cuda.conv_forward(x, w, *args), reference.conv_forward(x, w, *args), "forward")
-    assert_same(cuda.conv_input_grad(g, w, x.shape, *args), reference.conv_input_grad(g, w, x.shape, *args))
-    assert_same(cuda.conv_weight_grad(x, g, w.shape, *args), reference.conv_weight_grad(x, g, w.shape, *args))
+    assert_passes_exact(cuda, x, w, g, (s, p, d, groups))
 
 
 def test_harness_linear_backward_passes_at_extreme_values(on_cpu):

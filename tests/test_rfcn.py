@@ -7,24 +7,13 @@ import torch
 from mmdet.registry import MODELS
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
+from test_detection import cache  # noqa: F401  (the small shapes-det set, a module fixture)
 
 from repro import quantize_model, quantized_layers
 from tasks import detection as D
-from tasks import detection_data as DD
 from tasks.rfcn import PSRoIAlignExtractor
 
 K = 7
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setattr(DD, "TRAIN_IMAGES", 16)
-    mp.setattr(DD, "VAL_IMAGES", 8)
-    root = tmp_path_factory.mktemp("rfcn-cache")
-    DD.ensure_shapes_det(root)
-    yield str(root)
-    mp.undo()
 
 
 def _build(model="rfcn_r50", profile="embedded"):
@@ -91,7 +80,7 @@ def test_int8_covers_the_position_sensitive_score_convolution():
 
 
 @pytest.mark.parametrize("method", ["fp32", "daiq", "ui8"])
-def test_rfcn_smoke_training_step(cache, method):
+def test_rfcn_smoke_training_step(cache, method):  # noqa: F811  (the imported fixture)
     result = D.run("rfcn_r101", method, profile="smoke", paper_dataset="voc", data_root=cache)
     assert not result.diverged and result.scores["metric"] == "AP@0.5 (VOC)"
     assert result.iters == D.SMOKE["iters"] and result.scores["map"] is not None
