@@ -3,7 +3,8 @@
 A backend call is opaque to Dynamo (ctypes, CPU probes, CuPy launches): called directly inside a compiled
 model it breaks the graph. Registered with ``torch.library.custom_op`` and a fake (meta) implementation,
 it is one node of the graph instead, as torchao registers its int8 matmuls, and the compiler is free to
-fuse the quantization around it. Eager callers pay one dispatch per product.
+fuse the quantization around it. kernels.traceable (what get_backend returns under Dynamo) calls them;
+eager code calls the backends directly and pays no dispatch.
 
 Each op runs ``kernels.get_backend(device)``'s function of the same name and returns its int32 result in
 one fixed layout per device, which the fake implementation states (compiled code reads the real tensor by
