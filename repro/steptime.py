@@ -51,7 +51,7 @@ class Variant:
     amp: str | None = None  # autocast dtype: "float16" or "bfloat16"
     channels_last: bool = True
     tf32: bool = False  # CUDA: TF32 tensor cores for fp32 convolutions and matmuls
-    compiled: bool = False  # the model under torch.compile (compiled during the warm-up rounds)
+    compiled: bool = False  # the model under torch.compile (after its first, eager, warm-up step)
 
     def to_dict(self) -> dict[str, Any]:
         return {
