@@ -69,7 +69,7 @@ bench:
 	mkdir -p $(RESULTS)
 	REPRO_BENCH_DEVICE=$(DEVICE) $(BIN)/python -m pytest tests/bench -q --benchmark-enable --benchmark-only \
 	  --benchmark-json=$(RESULTS)/kernel_bench.json --benchmark-columns=min,median,rounds $(BENCH_ARGS)
-	$(BIN)/python -m kernels.bench_report $(RESULTS)/kernel_bench.json --out $(RESULTS)
+	$(BIN)/python -m kernels.bench.report $(RESULTS)/kernel_bench.json --out $(RESULTS)
 
 fig4:
 	$(BIN)/python -m tables.figures.daiq_figure4 $(RESULTS)/kernel_bench.json --out $(RESULTS)

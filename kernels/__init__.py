@@ -1,6 +1,6 @@
 """INT8 compute backends, the ground floor (imports nothing from repro, tasks or tables).
 
-``get_backend(device)`` returns the module (``kernels.cpu`` or ``kernels.cuda``; ``kernels.traceable``
+``get_backend(device)`` returns the package (``kernels.cpu`` or ``kernels.cuda``; ``kernels.traceable``
 while torch.compile traces) that implements the one backend interface of kernels.backend on that device:
 the quantizer (absmax, per-channel statistics, nearest and stochastic rounding, the dequantizing
 epilogue) and exact int8 x int8 -> int32 convolutions and linear layers (forward, input gradient, weight

@@ -26,6 +26,11 @@ def device_flag(device: torch.device) -> torch.Tensor:
     return flag
 
 
+def drop_flag(device: torch.device) -> None:
+    """Forget a device's flag (the dry run's meta device, whose flag cannot be read)."""
+    _FLAGS.pop(device, None)
+
+
 def raise_if_nonfinite() -> None:
     """Read (one synchronisation per device that has a flag) and clear the flags; raise NonFiniteError if
     any was set since the last call, on this rank or, in a data-parallel run, on any other."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
 
 def as_tuple(v: int | Sequence[int], nd: int, name: str) -> tuple[int, ...]:
     if isinstance(v, int):
@@ -42,3 +44,27 @@ def check_grad_output(g_shape, expected) -> None:
     """A product's grad_output must have the forward output's shape (N, C_out, *out)."""
     if tuple(g_shape) != tuple(expected):
         raise ValueError(f"grad_output has shape {tuple(g_shape)}, expected {tuple(expected)}")
+
+
+def is_dense(t: torch.Tensor) -> bool:
+    """Every element once in one block of memory (any order of the dimensions)."""
+    expected = 1
+    dims = sorted(((st, s) for s, st in zip(t.shape, t.stride(), strict=True) if s > 1))
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def dense(t: torch.Tensor) -> torch.Tensor:
+    return t if is_dense(t) else t.contiguous()
+
+
+def channel_split(x: torch.Tensor, axis: int | None) -> tuple[int, int, int]:
+    """(outer, C, inner) of a dense x's memory around dimension `axis` (None: one channel)."""
+    c = 1 if axis is None else x.shape[axis]
+    if c <= 1:
+        return 1, 1, x.numel()
+    inner = x.stride(axis)
+    return x.numel() // (c * inner), c, inner

@@ -1,4 +1,5 @@
-"""Keys of the stochastic-rounding noise: one 64-bit Philox key per quantizer call (kernels/native/philox.h).
+"""Keys of the stochastic-rounding noise: one 64-bit Philox key per quantizer call
+(kernels/cpu/csrc/philox.h).
 
 Drawn from torch's CPU generator (the default one, or the one passed), a host operation on every device:
 ``torch.manual_seed`` makes the noise repeat, every call draws a fresh stream, and a CUDA tensor's key costs

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from kernels.atomic import write_file
+from atomic_files import write_file
 from repro import stats
 from repro.layers import QUANTIZABLE, Int8Layer, layer_quantizers, quantized_layers
 from repro.methods.ui8 import cosine_distance_tensor

@@ -1,7 +1,7 @@
 """What a training step asks of a GPU, counted without one: a dry run of the CUDA backend's host code.
 
 The step of the speed tables (repro.steptime: zero_grad, forward, loss, backward, optimizer step) runs on
-torch's meta device with kernels.cuda as its backend (kernels.cuda_dry_run): shapes, dtypes and strides
+torch's meta device with kernels.cuda as its backend (kernels.cuda.dry_run): shapes, dtypes and strides
 are real, nothing is computed. Counted per step:
 
 * device ops: torch ops on the device that launch work (views, detaches and bare allocations do not);
@@ -31,7 +31,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from kernels.cuda_dry_run import DRY_RUN_ARCH, dry_run
+from kernels.cuda.dry_run import DRY_RUN_ARCH, dry_run
 from repro import steptime
 
 DEVICE = torch.device("meta")

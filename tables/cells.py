@@ -3,7 +3,7 @@
 A cell is one training run: (task, model, method, method options, seed, profile, paper dataset, data
 root), plus the task's recipe version when it exposes one. FP32 baselines are cells too, shared by
 every row of the same model and dataset. Each finished cell is one JSON file named by a hash of its
-full configuration, written atomically (kernels.atomic), so a killed run loses nothing
+full configuration, written atomically (atomic_files), so a killed run loses nothing
 and a rerun recomputes nothing. A process runs a cell only while it holds the cell's claim (CellClaim),
 so that two table runs on one results directory never run the same cell at once.
 """
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels.atomic import write_file
+from atomic_files import write_file
 from repro.methods import METHODS
 from repro.methods.options import typed_options
 from tables.spec import Row

@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-from kernels.atomic import write_file
+from atomic_files import write_file
 from tables import provenance
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"

@@ -1,5 +1,5 @@
 """What produced a result: the commit and the locked environment, named in every table's header and metadata
-(the device is named by the table itself: kernels.devices)."""
+(the device is named by the table itself: kernels.bench.devices)."""
 
 from __future__ import annotations
 

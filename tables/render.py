@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from kernels import devices
-from kernels.atomic import write_file
+from atomic_files import write_file
+from kernels.bench import devices
 from tables import provenance
 from tables.delta_interval import binomial_se, delta_interval
 from tables.spec import PAPER_DATASETS, Row

@@ -25,8 +25,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from kernels import devices
-from kernels.atomic import write_file
+from atomic_files import write_file
+from kernels.bench import devices
 from repro import steptime
 from tables import provenance
 from tables.cells import Cache

@@ -35,7 +35,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 from mmengine.runner import Runner
 
-from kernels.atomic import write_file
+from atomic_files import write_file
 from repro.layers import load_method_state_dict, method_state_dict
 from tasks.rng_states import rng_state
 

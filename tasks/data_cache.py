@@ -3,7 +3,7 @@
 Each set is a folder ``<name>-v<version>`` in the cache (the ``cache`` argument, else env
 REPRO_DATA_CACHE, else ``~/.cache/int8-repro/data``) holding a MANIFEST.json that says what it is,
 how it was made and its statistics. A set is written into a temporary folder and renamed into place
-(kernels.atomic), so a killed run never leaves half a dataset; when two processes make it at once, the
+(atomic_files), so a killed run never leaves half a dataset; when two processes make it at once, the
 first to finish wins. A folder without a manifest is not ours to trust and is rebuilt.
 """
 
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kernels.atomic import write_folder
+from atomic_files import write_folder
 
 CACHE_ENV = "REPRO_DATA_CACHE"
 DEFAULT_CACHE = Path("~/.cache/int8-repro/data")

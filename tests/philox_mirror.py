@@ -1,4 +1,5 @@
-"""Test-only host mirror of the stochastic-rounding noise (kernels/native/philox.h, kernels/cuda/philox.cuh):
+"""Test-only host mirror of the stochastic-rounding noise (kernels/cpu/csrc/philox.h,
+kernels/cuda/csrc/philox.cuh):
 Philox4x32-10 in numpy, and the uniform u of every element of a tensor under a key.
 
 The stream: a tensor read as rows x L, L its last dimension and a row every index of the other dimensions

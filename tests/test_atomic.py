@@ -1,10 +1,10 @@
-"""kernels.atomic: the one atomic writer of files and folders every floor uses."""
+"""atomic_files: the one atomic writer of files and folders every floor uses."""
 
 import os
 
 import pytest
 
-from kernels.atomic import write_file, write_folder
+from atomic_files import write_file, write_folder
 
 
 def test_write_file_text_and_bytes_and_a_failed_rename_leaves_nothing(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ from torch.nn import grad as tgrad
 
 import kernels
 from kernels import cpu, reference
+from kernels.cpu import im2col, memory, onednn, routes
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 CONV_INPUT = {1: tgrad.conv1d_input, 2: tgrad.conv2d_input, 3: tgrad.conv3d_input}
@@ -145,7 +146,7 @@ CPU_GRID = [
 )
 def test_cpu_conv_matches_reference(monkeypatch, route, nd, k, s, p, d, groups, n):
     """route: oneDNN wherever it applies, or im2col + _int_mm for every ungrouped convolution."""
-    monkeypatch.setattr(cpu, "_SMALL_OUT", 0 if route == "onednn" else 1 << 30)
+    monkeypatch.setattr(routes, "SMALL_OUT", 0 if route == "onednn" else 1 << 30)
     gen = torch.Generator().manual_seed(CPU_GRID.index((nd, k, s, p, d, groups, n)))
     case = conv_case(nd, k, s, p, d, groups, n, gen)
     if case is None:
@@ -192,7 +193,7 @@ def assert_passes_exact(backend, x, w, g, args) -> None:
 @pytest.mark.parametrize("name", list(ADVERSARIAL))
 def test_cpu_every_pass_exact_at_adversarial_operands(monkeypatch, route, name):
     cin, cout, groups, k, s, p, d = ADVERSARIAL[name]
-    monkeypatch.setattr(cpu, "_SMALL_OUT", 0 if route == "onednn" else 1 << 30)
+    monkeypatch.setattr(routes, "SMALL_OUT", 0 if route == "onednn" else 1 << 30)
     x, w, g = adversarial_case(cin, cout, groups, k, s, p, d)
     assert_passes_exact(cpu, x, w, g, (s, p, d, groups))
 
@@ -228,8 +229,8 @@ def layouts(t: torch.Tensor):
 @pytest.mark.parametrize("nd,k,s,p,d,groups", [(2, 3, 2, 1, 1, 2), (1, 3, 1, 1, 2, 1), (3, 3, 1, 1, 1, "dw")])
 def test_cpu_conv_any_layout(monkeypatch, nd, k, s, p, d, groups, chunk):
     """Contiguous, channels-last and strided operands; batch chunks of 1, 2 (+ 1) or 3 images."""
-    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
-    monkeypatch.setattr(cpu, "_CHUNK_IMAGES", chunk)
+    monkeypatch.setattr(routes, "SMALL_OUT", 0)
+    monkeypatch.setattr(routes, "CHUNK_IMAGES", chunk)
     gen = torch.Generator().manual_seed(5)
     x, w, g = conv_case(nd, k, s, p, d, groups, 3, gen)
     want = both(nd, k, s, p, d, groups, x, w, g, reference)
@@ -255,7 +256,7 @@ def test_cpu_conv_any_layout(monkeypatch, nd, k, s, p, d, groups, chunk):
 )
 def test_cpu_weight_grad_batch_chunks(monkeypatch, chunk, nd, k, s, p, d, groups, n):
     """The weight grad sums int32 partials over batch chunks: one image, two, or all at once."""
-    monkeypatch.setattr(cpu, "_CHUNK_IMAGES", chunk)
+    monkeypatch.setattr(routes, "CHUNK_IMAGES", chunk)
     gen = torch.Generator().manual_seed(11)
     x, w, g = conv_case(nd, k, s, p, d, groups, n, gen)
     grp = CIN if groups == "dw" else groups
@@ -284,7 +285,7 @@ def test_cpu_many_groups_and_wide_channels():
 @pytest.mark.parametrize("route", ["onednn", "im2col"])
 def test_cpu_degenerate_sizes(monkeypatch, route):
     """Single channels, single images, 1x1 images: size-1 dimensions everywhere."""
-    monkeypatch.setattr(cpu, "_SMALL_OUT", 0 if route == "onednn" else 1 << 30)
+    monkeypatch.setattr(routes, "SMALL_OUT", 0 if route == "onednn" else 1 << 30)
     gen = torch.Generator().manual_seed(9)
     for cin, cout, n, hw, k, p in [
         (1, 1, 1, 5, 3, 1),
@@ -323,8 +324,8 @@ def test_fast_paths_active_on_vnni():
         pytest.skip("no VNNI: the oneDNN/_int_mm paths may saturate and fall back")
     if os.environ.get("REPRO_CPU_GEMM") == "native" or os.environ.get("ONEDNN_MAX_CPU_ISA"):
         pytest.skip("the environment forces another route (REPRO_CPU_GEMM, ONEDNN_MAX_CPU_ISA)")
-    assert cpu._onednn_exact() is True
-    assert cpu._int_mm_exact() is True
+    assert routes.onednn_exact() is True
+    assert routes.int_mm_exact() is True
 
 
 @pytest.fixture(params=["scan", "bounded"])
@@ -332,9 +333,9 @@ def guard(request, monkeypatch):
     """The guard that keeps oneDNN's fp32 output exact: the output scan (VNNI) or the weight bound per
     input-channel block (AMX). The bounded guard is exact on every CPU and runs everywhere; the scan runs
     where oneDNN does not round before compensating (not on AMX, where that guard is what fails)."""
-    if request.param == "scan" and cpu._onednn_bounded():
+    if request.param == "scan" and routes.onednn_bounded():
         pytest.skip("oneDNN needs the bounded guard here (AMX, or a failed compensation probe)")
-    monkeypatch.setattr(cpu, "_onednn_bounded", lambda: request.param == "bounded")
+    monkeypatch.setattr(routes, "onednn_bounded", lambda: request.param == "bounded")
     return request.param
 
 
@@ -342,17 +343,17 @@ def guard(request, monkeypatch):
 def exact_calls(monkeypatch, guard):
     """Records calls of the exact fallback; oneDNN is made the route for every shape. Only where oneDNN's
     int8 convolution is exact (VNNI): elsewhere every convolution takes the exact route by design."""
-    if not cpu._onednn_exact():
+    if not routes.onednn_exact():
         pytest.skip("oneDNN's int8 convolution is not exact on this CPU (no VNNI): no fast path to check")
-    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
+    monkeypatch.setattr(routes, "SMALL_OUT", 0)
     calls = []
-    real = cpu._conv_exact
+    real = im2col.conv_exact
 
     def spy(*args, **kwargs):
         calls.append(args[1].shape)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(cpu, "_conv_exact", spy)
+    monkeypatch.setattr(im2col, "conv_exact", spy)
     return calls
 
 
@@ -364,7 +365,7 @@ def test_cpu_large_magnitude_forces_exact_fallback(monkeypatch, exact_calls, nd,
     chunked: one image per oneDNN call, the second image small, so only the first chunk falls back.
     """
     if chunked:
-        monkeypatch.setattr(cpu, "_CHUNK_IMAGES", 1)
+        monkeypatch.setattr(routes, "CHUNK_IMAGES", 1)
     gen = torch.Generator().manual_seed(nd)
     c, k = 1536, (3,) * nd
     sp = {1: (6,), 2: (4, 3), 3: (3, 3, 2)}[nd]
@@ -398,7 +399,7 @@ def test_cpu_large_magnitude_forces_exact_fallback(monkeypatch, exact_calls, nd,
 @pytest.mark.parametrize("chunk", [1, None])
 def test_cpu_strided_input_grad_fallback_into_dx(monkeypatch, exact_calls, chunk):
     """Stride 2: the phases are written straight into dx, from oneDNN chunks or their exact fallback."""
-    monkeypatch.setattr(cpu, "_CHUNK_IMAGES", chunk)
+    monkeypatch.setattr(routes, "CHUNK_IMAGES", chunk)
     gen = torch.Generator().manual_seed(17)
     c = 1536  # the 2x2 and 2x1 phases reduce over c * 4 and c * 2 products of +-127: >> 2^24
     g = torch.where(torch.rand((2, c, 3, 3), generator=gen) < 0.9, 127, -127).to(torch.int8)
@@ -447,15 +448,15 @@ def small_values_big_weights(gen, n=2, c=160, hw=5, cout=16):
 def test_amx_emulation_defeats_the_scan_guard(monkeypatch):
     """Why AMX needs its own guard: with oneDNN rounding before compensating, the scan sees only small
     outputs and lets wrong ones through (the failure issue 31 measured)."""
-    monkeypatch.setattr(cpu, "_qconv_run", amx_like_qconv)
-    monkeypatch.setattr(cpu, "_onednn_bounded", lambda: False)
-    monkeypatch.setattr(cpu, "_onednn_exact", lambda: True)
-    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
+    monkeypatch.setattr(onednn, "run", amx_like_qconv)
+    monkeypatch.setattr(routes, "onednn_bounded", lambda: False)
+    monkeypatch.setattr(routes, "onednn_exact", lambda: True)
+    monkeypatch.setattr(routes, "SMALL_OUT", 0)
     x, w = small_values_big_weights(torch.Generator().manual_seed(21))
     want = reference.conv_forward(x, w, 1, 1, 1, 1)
     assert want.abs().max() < 2**20
     assert not torch.equal(cpu.conv_forward(x, w, 1, 1, 1, 1), want)
-    assert cpu._compensation_rounds.__wrapped__() is True  # the probe sees it too
+    assert routes.compensation_rounds.__wrapped__() is True  # the probe sees it too
 
 
 @pytest.mark.parametrize("chunk", [1, None])
@@ -468,18 +469,18 @@ def test_cpu_bounded_guard_splits_input_channels(monkeypatch, chunk):
         calls.append(wq.shape[1])
         return amx_like_qconv(xu, wq, *args)
 
-    monkeypatch.setattr(cpu, "_qconv_run", spy)
-    monkeypatch.setattr(cpu, "_onednn_bounded", lambda: True)
-    monkeypatch.setattr(cpu, "_onednn_exact", lambda: True)
-    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
-    monkeypatch.setattr(cpu, "_CHUNK_IMAGES", chunk)
+    monkeypatch.setattr(onednn, "run", spy)
+    monkeypatch.setattr(routes, "onednn_bounded", lambda: True)
+    monkeypatch.setattr(routes, "onednn_exact", lambda: True)
+    monkeypatch.setattr(routes, "SMALL_OUT", 0)
+    monkeypatch.setattr(routes, "CHUNK_IMAGES", chunk)
     x, w = small_values_big_weights(torch.Generator().manual_seed(22))
-    blocks = cpu._channel_blocks(w, 1)
-    assert 1 < len(blocks) <= cpu._MAX_BLOCKS
+    blocks = onednn.channel_blocks(w, 1)
+    assert 1 < len(blocks) <= onednn.MAX_BLOCKS
     assert blocks[0][0] == 0 and blocks[-1][1] == w.shape[1]
     assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
     for c0, c1 in blocks:
-        assert cpu._AMX_SUM * int(w[:, c0:c1].int().abs().flatten(1).sum(1).max()) < 2**24
+        assert onednn.AMX_SUM * int(w[:, c0:c1].int().abs().flatten(1).sum(1).max()) < 2**24
     assert_same(cpu.conv_forward(x, w, 1, 1, 1, 1), reference.conv_forward(x, w, 1, 1, 1, 1), "forward")
     assert sum(calls) == w.shape[1] * (x.shape[0] if chunk else 1), "not every block went through oneDNN"
     # input gradient, stride 2: every phase's sub-kernel is bounded (and split) on its own
@@ -493,10 +494,10 @@ def test_cpu_bounded_guard_splits_input_channels(monkeypatch, chunk):
 def test_cpu_bounded_guard_gives_up_beyond_its_blocks():
     """Too many blocks, one channel alone over the bound, or a grouped weight over it: the exact route."""
     big = torch.full((4, 1536, 3, 3), 127, dtype=torch.int8)
-    assert cpu._channel_blocks(big, 1) is None  # 40 blocks
-    assert cpu._channel_blocks(torch.full((2, 1, 19, 19), 127, dtype=torch.int8), 1) is None
-    assert cpu._channel_blocks(torch.full((8, 64, 3, 3), 127, dtype=torch.int8), 2) is None
-    assert cpu._channel_blocks(torch.full((8, 32, 3, 3), 127, dtype=torch.int8), 2) == [(0, 32)]
+    assert onednn.channel_blocks(big, 1) is None  # 40 blocks
+    assert onednn.channel_blocks(torch.full((2, 1, 19, 19), 127, dtype=torch.int8), 1) is None
+    assert onednn.channel_blocks(torch.full((8, 64, 3, 3), 127, dtype=torch.int8), 2) is None
+    assert onednn.channel_blocks(torch.full((8, 32, 3, 3), 127, dtype=torch.int8), 2) == [(0, 32)]
 
 
 @pytest.mark.parametrize("cap,amx", [("", True), ("AVX512_CORE_VNNI", False), ("avx512_core_amx", True)])
@@ -505,9 +506,9 @@ def test_amx_route_follows_the_cpu_and_onednn_cap(monkeypatch, cap, amx):
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
-    assert cpu._amx_in_use() is amx
+    assert routes.amx_in_use() is amx
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    assert cpu._amx_in_use() is False
+    assert routes.amx_in_use() is False
 
 
 def test_conv_route_names_this_cpus_route():
@@ -527,14 +528,14 @@ def test_conv_route_names_this_cpus_route():
 def test_onednn_refusal_takes_the_exact_route(monkeypatch, guard, where):
     """oneDNN refusing a shape (prepack: 'could not create a primitive descriptor for the reorder
     primitive', seen on AMX for regnet_x_8gf's grouped convolutions) never kills a run."""
-    if not cpu._onednn_exact():
+    if not routes.onednn_exact():
         pytest.skip("oneDNN's int8 convolution is not this CPU's route")
-    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
-    monkeypatch.setattr(cpu, "_REFUSED", set())
+    monkeypatch.setattr(routes, "SMALL_OUT", 0)
+    monkeypatch.setattr(onednn, "REFUSED", set())
     gen = torch.Generator().manual_seed(24)
     x, w = rand_i8((2, 24, 5, 5), gen), rand_i8((24, 6, 3, 3), gen, -20, 20)
-    ran, real_run = [], cpu._qconv_run
-    monkeypatch.setattr(cpu, "_qconv_run", lambda *args: ran.append(1) or real_run(*args))
+    ran, real_run = [], onednn.run
+    monkeypatch.setattr(onednn, "run", lambda *args: ran.append(1) or real_run(*args))
     assert_same(cpu.conv_forward(x, w, 1, 1, 1, 4), reference.conv_forward(x, w, 1, 1, 1, 4))
     assert ran, "oneDNN is this CPU's route, but the grouped convolution did not reach it"
     asked = []
@@ -543,7 +544,7 @@ def test_onednn_refusal_takes_the_exact_route(monkeypatch, guard, where):
         asked.append(1)
         raise RuntimeError("could not create a primitive descriptor for the reorder primitive")
 
-    monkeypatch.setattr(cpu, "_prepack" if where == "prepack" else "_qconv_run", refuse)
+    monkeypatch.setattr(onednn, "prepack" if where == "prepack" else "run", refuse)
     for _ in range(2):
         assert_same(cpu.conv_forward(x, w, 1, 1, 1, 4), reference.conv_forward(x, w, 1, 1, 1, 4))
     assert len(asked) == (1 if where == "prepack" else 2), "a refused prepack is asked again"
@@ -577,12 +578,12 @@ def test_cpu_large_weight_grad_reduction():
         assert_same(cpu.conv_weight_grad(x, g, w_shape, *args), want, f"weight grad {args}")
 
 
-@pytest.mark.parametrize("disable", ["_onednn_exact", "_int_mm_exact", "both"])
+@pytest.mark.parametrize("disable", ["onednn_exact", "int_mm_exact", "both"])
 def test_cpu_fallbacks_alone(monkeypatch, disable):
     """With the fast paths declared inexact (as on a CPU without VNNI) the results stay exact."""
-    for name in ("_onednn_exact", "_int_mm_exact"):
+    for name in ("onednn_exact", "int_mm_exact"):
         if disable in (name, "both"):
-            monkeypatch.setattr(cpu, name, lambda: False)
+            monkeypatch.setattr(routes, name, lambda: False)
     gen = torch.Generator().manual_seed(4)
     for nd, k, s, p, d, groups, n in [(2, 3, 2, 1, 1, 2, 2), (1, 3, 1, 1, 2, "dw", 2), (3, 1, 2, 0, 1, 1, 1)]:
         x, w, g = conv_case(nd, k, s, p, d, groups, n, gen)
@@ -636,11 +637,11 @@ def test_cpu_linear_matches_reference(m, k, n):
 
 def test_cpu_huge_page_outputs():
     """Outputs from 32 MB are madvise-d for 2 MB pages before they are written: same values."""
-    madvise = cpu._madvise()
+    madvise = memory.libc_madvise()
     if madvise is not None:  # Linux: the call itself must succeed on such a buffer
         t = torch.empty(9 << 20, dtype=torch.int32)
-        start = -(-t.data_ptr() // cpu._HUGE_PAGE) * cpu._HUGE_PAGE
-        assert madvise(start, cpu._HUGE_PAGE, cpu._MADV_HUGEPAGE) == 0
+        start = -(-t.data_ptr() // memory.HUGE_PAGE) * memory.HUGE_PAGE
+        assert madvise(start, memory.HUGE_PAGE, memory.MADV_HUGEPAGE) == 0
     gen = torch.Generator().manual_seed(21)
     x, w = rand_i8((8192, 3), gen), rand_i8((1100, 3), gen)  # a 36 MB int32 result
     assert_same(cpu.linear_forward(x, w), reference.linear_forward(x, w))
@@ -700,20 +701,20 @@ LIMIT_K = 132_993  # 127^2 * K = 2,145,044,097, just under 2^31 - 1: sums at the
 def force_route(monkeypatch, route: str) -> None:
     """Make `route` this process's convolution route (skip where the CPU cannot take it exactly)."""
     if route == "native":
-        if not kernels.cpu.native.available():
+        if not kernels.cpu.runtime.available():
             pytest.skip("no native library here")
         monkeypatch.setenv("REPRO_CPU_GEMM", "native")
         cpu.clear_route_caches()
         return
-    if not cpu._onednn_exact():
+    if not routes.onednn_exact():
         pytest.skip("oneDNN's int8 convolution is not exact on this CPU")
-    monkeypatch.setattr(cpu, "_SMALL_OUT", 0)
+    monkeypatch.setattr(routes, "SMALL_OUT", 0)
     if route == "im2col":
-        monkeypatch.setattr(cpu, "_onednn_exact", lambda: False)
-    elif route == "scan" and cpu._onednn_bounded():
+        monkeypatch.setattr(routes, "onednn_exact", lambda: False)
+    elif route == "scan" and routes.onednn_bounded():
         pytest.skip("oneDNN needs the bounded guard here")
     else:
-        monkeypatch.setattr(cpu, "_onednn_bounded", lambda: route == "bounded")
+        monkeypatch.setattr(routes, "onednn_bounded", lambda: route == "bounded")
 
 
 def signed_rows(n: int, shape) -> torch.Tensor:

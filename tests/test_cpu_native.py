@@ -1,4 +1,4 @@
-"""The CPU backend's native code (kernels/native): the fused quantizer against the reference semantics and
+"""The CPU backend's native code (kernels/cpu/csrc): the fused quantizer against the reference semantics and
 the shared Philox stream, the dequantizing epilogue, and the exact int8 GEMM; the one backend interface."""
 
 from __future__ import annotations
@@ -9,31 +9,33 @@ import pytest
 import torch
 
 import kernels
-from kernels import backend, cpu, cpu_quantize, native, reference
+from kernels import backend, cpu, reference
+from kernels.cpu import native, runtime
+from kernels.cpu import quantizer as cpu_quantize
 from kernels.errors import NonFiniteError
 
 # Only a machine without a compiler skips: where g++ exists the library must build, and a source that
 # does not compile fails test_the_native_library_builds_where_a_compiler_exists (and every test here).
 pytestmark = pytest.mark.skipif(
-    native.compiler() is None, reason="no C++ compiler (g++, $CXX): the torch fallback runs"
+    runtime.compiler() is None, reason="no C++ compiler (g++, $CXX): the torch fallback runs"
 )
 
 
 def test_the_native_library_builds_where_a_compiler_exists():
-    native.build()  # raises NativeBuildError with the compiler's own output
-    assert native.available()
+    runtime.build()  # raises NativeBuildError with the compiler's own output
+    assert runtime.available()
 
 
 def test_a_source_that_does_not_compile_fails_loudly(monkeypatch, tmp_path):
     broken = tmp_path / "src"
     broken.mkdir()
-    for name in native.SOURCES + native.HEADERS:
-        (broken / name).write_text((native.SOURCE_DIR / name).read_text())
-    (broken / native.SOURCES[0]).write_text("this is not C++;\n")
-    monkeypatch.setattr(native, "SOURCE_DIR", broken)
+    for name in runtime.SOURCES + runtime.HEADERS:
+        (broken / name).write_text((runtime.SOURCE_DIR / name).read_text())
+    (broken / runtime.SOURCES[0]).write_text("this is not C++;\n")
+    monkeypatch.setattr(runtime, "SOURCE_DIR", broken)
     monkeypatch.setenv("REPRO_NATIVE_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(native.NativeBuildError, match="failed"):
-        native.build()
+    with pytest.raises(runtime.NativeBuildError, match="failed"):
+        runtime.build()
     assert not list((tmp_path / "cache").glob("*.so*")), "a failed build left a file in the cache"
 
 
@@ -171,7 +173,7 @@ def test_non_finite_raises_at_once(bad):
 def test_torch_fallback_has_the_same_nearest_codes(monkeypatch):
     x = torch.randn(4, 16, 6, 6).contiguous(memory_format=torch.channels_last)
     want = cpu.quantize(x, cpu.absmax(x, 1), 1)
-    monkeypatch.setattr(native, "library", lambda: None)
+    monkeypatch.setattr(runtime, "library", lambda: None)
     assert torch.equal(cpu_quantize.quantize(x, cpu_quantize.absmax(x, 1), 1), want)
 
 
@@ -198,7 +200,7 @@ def test_torch_fallback_agrees_with_the_native_code(monkeypatch, axis, layout):
         return amax, stats, codes, counts, noisy, outs
 
     want = run()
-    monkeypatch.setattr(native, "library", lambda: None)
+    monkeypatch.setattr(runtime, "library", lambda: None)
     got = run()
     assert torch.equal(got[0], want[0])
     assert torch.equal(got[1][0], want[1][0]) and torch.allclose(got[1][1], want[1][1], rtol=1e-5)
@@ -245,7 +247,7 @@ def test_cpu_route_without_vnni(monkeypatch):
     monkeypatch.setenv("REPRO_CPU_GEMM", "native")
     cpu.clear_route_caches()
     try:
-        assert not cpu.torch_int8_fast() and not cpu._onednn_exact.__wrapped__()
+        assert not cpu.torch_int8_fast() and not cpu.routes.onednn_exact.__wrapped__()
         gen = torch.Generator().manual_seed(5)
         x = torch.randint(-127, 128, (2, 8, 9, 9), generator=gen, dtype=torch.int8)
         w = torch.randint(-127, 128, (6, 8, 3, 3), generator=gen, dtype=torch.int8)

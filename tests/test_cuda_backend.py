@@ -4,12 +4,13 @@
   shape grid of the CPU tests (tests/test_backend.py), through both GEMMs the device can run; the
   fused quantizer equals repro.quant (nearest: bit for bit; stochastic: codes are floor or ceil of the
   scaled value, the host Philox mirror gives the same codes, and the mean is unbiased).
-* CPU-harness tests (run everywhere g++ exists): the kernel sources in kernels/cuda/ compiled by g++
-  with kernels/cuda/cpu_shim.h, which stands in for the CUDA runtime (threads, barriers, shared memory,
+* CPU-harness tests (run everywhere g++ exists): the kernel sources in kernels/cuda/csrc/ compiled by g++
+  with tests/cuda_shim.h, which stands in for the CUDA runtime (threads, barriers, shared memory,
   an emulated warp-wide mma.sync from the PTX fragment tables). kernels.cuda's host code launches
-  them through its one seam (``_launch``) on CPU tensors, so the host planning (strides, batch chunks,
-  groups), the kernels' indexing, tiling and K padding, and the quantizer's arithmetic are checked
-  bit for bit against kernels.reference and repro.quant. This is not a GPU run.
+  them through its one seam (runtime.launching_with, HarnessLauncher) on CPU tensors, so the host
+  planning (strides, batch chunks, groups), the kernels' indexing, tiling and K padding, and the
+  quantizer's arithmetic are checked bit for bit against kernels.reference and repro.quant.
+  This is not a GPU run.
 * Host logic without any kernel: architecture choice, launch geometry, argument checks, and the
   host Philox mirror against the Random123 known-answer vectors.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import philox_mirror
@@ -37,7 +39,9 @@ from test_backend import (
 )
 
 import kernels
-from kernels import cuda, cuda_blas, cuda_quantize, errors, reference
+from kernels import cuda, errors, reference
+from kernels.cuda import blas, columns, own_kernels, runtime
+from kernels.cuda import quantizer as cuda_quantize
 from repro import quant
 
 NO_GPU = (
@@ -78,23 +82,23 @@ def test_philox_known_answers():
 
 def test_target_architecture_choice():
     supported = (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
-    assert cuda.target_for(80, supported) == (80, False)
-    assert cuda.target_for(89, supported) == (89, False)
-    assert cuda.target_for(91, supported) == (90, True)  # unknown to NVRTC: PTX of the newest lower one
+    assert runtime.target_for(80, supported) == (80, False)
+    assert runtime.target_for(89, supported) == (89, False)
+    assert runtime.target_for(91, supported) == (90, True)  # unknown to NVRTC: PTX of the newest lower one
     for cc in (61, 70):
         with pytest.raises(RuntimeError, match="Turing"):
-            cuda.target_for(cc, supported)
-    assert cuda.gemm_module_for(75) == "gemm_dp4a"
-    assert cuda.gemm_module_for(86) == "gemm_imma"
-    assert cuda.gemm_module_for(90) == "gemm_imma"
+            runtime.target_for(cc, supported)
+    assert runtime.gemm_module_for(75) == "gemm_dp4a"
+    assert runtime.gemm_module_for(86) == "gemm_imma"
+    assert runtime.gemm_module_for(90) == "gemm_imma"
     with pytest.raises(RuntimeError, match="6.1"):
-        cuda.gemm_module_for(60)
-    assert cuda.ci_archs("gemm_imma", supported) == (80, 90)
-    assert cuda.ci_archs("gemm_dp4a", supported) == (75, 80, 90)
+        runtime.gemm_module_for(60)
+    assert runtime.ci_archs("gemm_imma", supported) == (80, 90)
+    assert runtime.ci_archs("gemm_dp4a", supported) == (75, 80, 90)
 
 
 def test_lazy_compile_and_disk_cache(monkeypatch, tmp_path):
-    """_function compiles for the device's architecture once, writes the cubin (or PTX) to the cache
+    """load_kernel compiles for the device's architecture once, writes the cubin (or PTX) to the cache
     directory and loads that file with cupy.RawModule (replaced here: loading needs a GPU)."""
     import contextlib
 
@@ -112,42 +116,46 @@ def test_lazy_compile_and_disk_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("REPRO_CUDA_CACHE", str(tmp_path))
     monkeypatch.setattr(cupy, "RawModule", FakeModule)
     monkeypatch.setattr(cupy.cuda, "Device", lambda index: contextlib.nullcontext())
-    cuda._function.cache_clear()
+    runtime.load_kernel.cache_clear()
     try:
         for cc, suffix in ((86, "sm_86"), (91, "compute_90")):
-            monkeypatch.setattr(cuda, "_device_cc", lambda index, cc=cc: cc)
-            assert cuda._function("im2col", "im2col", cc) == "im2col"
+            assert runtime.load_kernel("im2col", "im2col", 0, cc) == "im2col"
             (path,) = [p for p in tmp_path.iterdir() if suffix in p.name]
             assert loaded[-1] == str(path)
             head = path.read_bytes()[:200]
             assert head[:4] == b"\x7fELF" if suffix.startswith("sm") else b".target sm_90" in head
         mtime = path.stat().st_mtime_ns
-        cuda._function.cache_clear()
-        cuda._function("im2col", "im2col", 91)  # a new process: the file is reused, not rebuilt
+        runtime.load_kernel.cache_clear()
+        runtime.load_kernel("im2col", "im2col", 0, 91)  # a new process: the file is reused, not rebuilt
         assert path.stat().st_mtime_ns == mtime and len(list(tmp_path.iterdir())) == 2
         assert not list(tmp_path.glob("*.part"))
     finally:
-        cuda._function.cache_clear()
+        runtime.load_kernel.cache_clear()
 
 
 def test_launch_geometry():
-    assert cuda.grid_1d(0) == 1 and cuda.grid_1d(1) == 1 and cuda.grid_1d(256) == 1 and cuda.grid_1d(257) == 2
-    assert cuda.grid_1d(10**12) == cuda.MAX_GRID_BLOCKS
-    plan = cuda.GemmPlan(65, 128, 3, 2, 3, (0, 0, 3), (0, 0, 3), (0, 0, 128, 1))
+    assert (
+        runtime.grid_1d(0) == 1
+        and runtime.grid_1d(1) == 1
+        and runtime.grid_1d(256) == 1
+        and runtime.grid_1d(257) == 2
+    )
+    assert runtime.grid_1d(10**12) == runtime.MAX_GRID_BLOCKS
+    plan = own_kernels.GemmPlan(65, 128, 3, 2, 3, (0, 0, 3), (0, 0, 3), (0, 0, 128, 1))
     assert plan.grid() == (2, 2, 6)
     with pytest.raises(ValueError, match="too large"):
-        cuda.GemmPlan(64 * 65536, 1, 1, 1, 1, (0, 0, 1), (0, 0, 1), (0, 0, 1, 1)).grid()
-    geo = cuda.ConvGeometry.of((5, 4, 9), (8, 2, 3), 2, 1, 1, 2)
+        own_kernels.GemmPlan(64 * 65536, 1, 1, 1, 1, (0, 0, 1), (0, 0, 1), (0, 0, 1, 1)).grid()
+    geo = columns.ConvGeometry.of((5, 4, 9), (8, 2, 3), 2, 1, 1, 2)
     assert geo.spatial == (1, 1, 9) and geo.out == (1, 1, 5) and geo.k == (1, 1, 3) and geo.p == (0, 0, 1)
     assert geo.kg == 6 and geo.positions == 5 and geo.cout_g == 4
     assert geo.chunk(100, budget=250) == 2 and geo.chunk(1, budget=10**9) == 5
-    dw = cuda.ConvGeometry.of((4, 40000, 3, 3), (40000, 1, 3, 3), 1, 1, 1, 40000)
+    dw = columns.ConvGeometry.of((4, 40000, 3, 3), (40000, 1, 3, 3), 1, 1, 1, 40000)
     assert dw.chunk(1) == 1  # images x groups stay within one launch's gridDim.z
 
 
 def test_launch_passes_pointers_on_torch_stream(monkeypatch):
-    """_launch (the seam the harness replaces, so never run here otherwise): tensors go as their device
-    pointers, None as a null pointer, scalars as they are, on CuPy's handle of torch's current stream,
+    """GpuLauncher.launch (the harness stands in for it, so never run here otherwise): tensors go as their
+    device pointers, None as a null pointer, scalars as they are, on CuPy's handle of torch's current stream,
     made once per stream (CuPy's launch and device are stood in for)."""
     import contextlib
 
@@ -165,14 +173,15 @@ def test_launch_passes_pointers_on_torch_stream(monkeypatch):
     class TorchStream:
         device_index, cuda_stream = 0, 1234
 
-    monkeypatch.setattr(cuda, "_function", lambda module, kernel, index: lambda *a: calls.append(a))
+    monkeypatch.setattr(runtime, "load_kernel", lambda module, kernel, index, cc: lambda *a: calls.append(a))
     monkeypatch.setattr(cupy.cuda, "Device", lambda index: contextlib.nullcontext())
     monkeypatch.setattr(cupy.cuda.Stream, "from_external", Stream)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: TorchStream())
-    monkeypatch.setattr(cuda, "_STREAMS", {})
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0))
+    launcher = runtime.GpuLauncher()
     x = torch.arange(6, dtype=torch.float32)
     for _ in range(2):
-        cuda._launch("quantize", "dequantize", (3, 1, 1), (256, 1, 1), (x, None, np.int32(7), x[2:]))
+        launcher.launch("quantize", "dequantize", (3, 1, 1), (256, 1, 1), (x, None, np.int32(7), x[2:]))
     grid, block, args = calls[-1]
     assert grid == (3, 1, 1) and block == (256, 1, 1) and len(calls) == 2 and made == [1234]
     assert [type(a) for a in args] == [np.uint64, np.uint64, np.int32, np.uint64]
@@ -205,7 +214,8 @@ _CTYPES = {
 
 
 class CpuHarness:
-    """kernels/cuda/*.cu compiled by g++ against cpu_shim.h; ``launch`` replaces kernels.cuda._launch."""
+    """kernels/cuda/csrc/*.cu compiled by g++ against tests/cuda_shim.h; HarnessLauncher sends launches
+    here."""
 
     def __init__(self, workdir):
         self.workdir = workdir
@@ -214,13 +224,21 @@ class CpuHarness:
 
     def lib(self, module: str):
         if module not in self.libs:
-            mod = cuda.MODULES[module]
-            src = cuda.source(module) + "\n" + "".join(f"SHIM_EXPORT({k})\n" for k in mod.kernels)
+            mod = runtime.MODULES[module]
+            src = runtime.source(module) + "\n" + "".join(f"SHIM_EXPORT({k})\n" for k in mod.kernels)
             cpp = self.workdir / f"{module}.cpp"
             so = self.workdir / f"{module}.so"
             cpp.write_text(src)
             cmd = ["g++", "-std=c++20", "-O1", "-fPIC", "-shared", "-ffp-contract=off", "-pthread", "-w"]
-            cmd += ["-include", str(cuda.SOURCE_DIR / "cpu_shim.h"), "-x", "c++", str(cpp), "-o", str(so)]
+            cmd += [
+                "-include",
+                str(Path(__file__).with_name("cuda_shim.h")),
+                "-x",
+                "c++",
+                str(cpp),
+                "-o",
+                str(so),
+            ]
             res = subprocess.run(cmd, capture_output=True, text=True)
             assert res.returncode == 0, f"g++ could not build {module} for the CPU harness:\n{res.stderr}"
             self.libs[module] = ctypes.CDLL(str(so))
@@ -250,12 +268,26 @@ def harness(tmp_path_factory):
     return CpuHarness(tmp_path_factory.mktemp("cuda_cpu_harness"))
 
 
-def _use_harness(harness, monkeypatch, gemm: str):
-    harness.launches.clear()
-    monkeypatch.setattr(cuda, "_launch", harness.launch)
-    monkeypatch.setattr(cuda, "_check_device", lambda *t: None)
-    monkeypatch.setattr(cuda, "_gemm_module", lambda device: gemm)
-    return harness
+class HarnessLauncher(runtime.GpuLauncher):
+    """kernels.cuda on the CPU harness: launches go to the g++-built kernels, CPU tensors are accepted,
+    the GEMM kernel is the one asked for, and cuBLASLt's products are exact int64 ones with its shape
+    rules checked."""
+
+    def __init__(self, harness: CpuHarness, gemm: str) -> None:
+        super().__init__()
+        self.harness, self.gemm = harness, gemm
+
+    def launch(self, module, kernel, grid, block, args) -> None:
+        self.harness.launch(module, kernel, grid, block, args)
+
+    def gemm_module(self, device_index) -> str:
+        return self.gemm
+
+    def check_device(self, tensors) -> None:
+        pass
+
+    def int_mm(self, a, b):
+        return checked_int_mm(a, b)
 
 
 def checked_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -271,18 +303,22 @@ def on_cpu(request, harness, monkeypatch):
     the library route (cuBLASLt's torch._int_mm, its shape rules checked; grouped convolutions on the
     IMMA kernel) or of this project's GEMM of an sm_80+ (IMMA) or an sm_75 (dp4a) device."""
     harness.route = request.param
+    harness.launches.clear()
     if request.param == "library":
         monkeypatch.delenv("REPRO_CUDA_GEMM", raising=False)
-        monkeypatch.setattr(cuda_blas, "_int_mm", checked_int_mm)
-        return _use_harness(harness, monkeypatch, "gemm_imma")
-    monkeypatch.setenv("REPRO_CUDA_GEMM", "kernels")
-    return _use_harness(harness, monkeypatch, request.param)
+    else:
+        monkeypatch.setenv("REPRO_CUDA_GEMM", "kernels")
+    gemm = "gemm_imma" if request.param == "library" else request.param
+    with runtime.launching_with(HarnessLauncher(harness, gemm)):
+        yield harness
 
 
 @pytest.fixture
-def on_cpu_quant(harness, monkeypatch):
+def on_cpu_quant(harness):
     """The same for the quantizer, which uses no GEMM."""
-    return _use_harness(harness, monkeypatch, "none")
+    harness.launches.clear()
+    with runtime.launching_with(HarnessLauncher(harness, "none")):
+        yield harness
 
 
 # a spread of the CPU tests' grid that still has every dimension, kernel size, stride, padding,
@@ -308,13 +344,13 @@ def test_harness_conv_matches_reference(on_cpu, nd, k, s, p, d, groups, n):
         assert_same(a, b, what)
     gemm = {launch[1] for launch in on_cpu.launches if launch[0].startswith("gemm")}
     library = on_cpu.route == "library" and groups == 1  # cuBLASLt's GEMM, no kernel of ours
-    assert gemm == (set() if library else {cuda._gemm_module(None)})
+    assert gemm == (set() if library else {runtime.gemm_module(torch.device("cpu"))})
 
 
 def test_harness_conv_batch_chunks_and_wide_channels(on_cpu, monkeypatch):
     """Several batch chunks (weight-grad partial sums, offsets into y/dx), K over several 32-wide
     tiles and not a multiple of 32, M and N over several 64-wide tiles with ragged edges."""
-    monkeypatch.setattr(cuda, "_CHUNK_BYTES", 1)  # one image per chunk
+    monkeypatch.setattr(columns, "CHUNK_BYTES", 1)  # one image per chunk
     gen = torch.Generator().manual_seed(21)
     x, w = rand_i8((3, 70, 5, 6), gen), rand_i8((66, 35, 3, 3), gen)  # Kg = 35*9 = 315
     args = (1, 1, 1, 2)
@@ -353,7 +389,7 @@ def test_harness_unaligned_operands(on_cpu):
         x = buf[1 : 1 + m * k].view(m, k)  # starts at an odd address
         w = buf[2 + m * k : 2 + m * k + n * k].view(n, k)
         assert x.data_ptr() % 4 and w.data_ptr() % 4
-        assert_same(cuda.gemm(x, w), reference.linear_forward(x, w), f"{m}x{k}x{n}")
+        assert_same(own_kernels.gemm(x, w), reference.linear_forward(x, w), f"{m}x{k}x{n}")
 
 
 def test_harness_extreme_values(on_cpu):
@@ -392,7 +428,7 @@ def test_harness_library_route_splits_long_reductions(on_cpu, monkeypatch, k, s,
     sums added; 1x1 convolutions as plain GEMMs of the channels-last rows, strided ones subsampled."""
     if on_cpu.route != "library":
         pytest.skip("the library route's planning")
-    monkeypatch.setattr(cuda_blas, "SPLIT_K", 64)
+    monkeypatch.setattr(blas, "SPLIT_K", 64)
     gen = torch.Generator().manual_seed(k * 10 + s)
     x = rand_i8((3, 16, 9, 10), gen).contiguous(memory_format=torch.channels_last)
     w = rand_i8((24, 16, k, k), gen)
@@ -557,8 +593,8 @@ def test_group_plan_walks_memory_order():
 def _gpu_gemms():
     if not torch.cuda.is_available():
         return ["library", "gemm_imma", "gemm_dp4a"]
-    cc = cuda._device_cc(0)
-    return ["library"] + [m for m in ("gemm_imma", "gemm_dp4a") if cc >= cuda.MODULES[m].min_arch]
+    cc = runtime.GpuLauncher().compute_capability(0)
+    return ["library"] + [m for m in ("gemm_imma", "gemm_dp4a") if cc >= runtime.MODULES[m].min_arch]
 
 
 @pytest.fixture(params=_gpu_gemms())
@@ -567,10 +603,22 @@ def gpu_gemm(request, monkeypatch):
     product on one of our GEMM kernels."""
     if request.param == "library":
         monkeypatch.delenv("REPRO_CUDA_GEMM", raising=False)
-        return request.param
+        yield request.param
+        return
     monkeypatch.setenv("REPRO_CUDA_GEMM", "kernels")
-    monkeypatch.setattr(cuda, "_gemm_module", lambda device: request.param)
-    return request.param
+    with runtime.launching_with(GemmOf(request.param)):
+        yield request.param
+
+
+class GemmOf(runtime.GpuLauncher):
+    """The GPU, every product on the GEMM kernel named (dp4a runs on an sm_80+ GPU too)."""
+
+    def __init__(self, gemm: str) -> None:
+        super().__init__()
+        self.gemm = gemm
+
+    def gemm_module(self, device_index) -> str:
+        return self.gemm
 
 
 def _cuda(*ts):
@@ -599,7 +647,7 @@ def test_gpu_conv_large_and_chunked(gpu_gemm, monkeypatch):
     args = (2, 1, 1, 2)
     g = rand_i8(reference.conv_forward(x, w, *args).shape, gen)
     for budget in (1, 1 << 28):
-        monkeypatch.setattr(cuda, "_CHUNK_BYTES", budget)
+        monkeypatch.setattr(columns, "CHUNK_BYTES", budget)
         got = (
             cuda.conv_forward(*_cuda(x, w), *args),
             cuda.conv_input_grad(*_cuda(g, w), x.shape, *args),
@@ -713,7 +761,7 @@ def test_harness_drives_repro_layers(on_cpu, monkeypatch):
         y.square().sum().backward()
         results.append((y.detach(), xi.grad, *(p.grad for p in m.parameters())))
     launched = {launch[1] for launch in on_cpu.launches}
-    assert {"im2col", "col2im", cuda._gemm_module(None)} <= launched
+    assert {"im2col", "col2im", runtime.gemm_module(torch.device("cpu"))} <= launched
     names = ["output", "input grad", *(n for n, _ in model.named_parameters())]
     for name, a, b in zip(names, *results, strict=True):
         if name.endswith("bias"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels import cuda
+from kernels.cuda import runtime as cuda
 
 CASES = [(module, arch) for module in cuda.MODULES for arch in cuda.ci_archs(module)]
 
@@ -57,7 +57,7 @@ def test_broken_source_raises_with_the_log():
 
 
 def test_sources_are_package_data():
-    """The .cu/.cuh files sit next to kernels/cuda.py, as pyproject's package-data ships them."""
+    """The .cu/.cuh files sit in kernels/cuda/csrc/, as pyproject's package-data ships them."""
     for module in cuda.MODULES.values():
         for name in module.files:
             assert (cuda.SOURCE_DIR / name).is_file()

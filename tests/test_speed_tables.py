@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from kernels import devices
+from kernels.bench import devices
 from tables.cells import Cache
 from tables.command import main as repro_main
 from tables.specs import SPEED_SPECS, get_spec

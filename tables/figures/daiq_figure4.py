@@ -15,7 +15,7 @@ import csv
 import sys
 from pathlib import Path
 
-from kernels.bench_report import OPS, load, speedups
+from kernels.bench.report import OPS, load, speedups
 
 # DAIQ's text: "Our INT8 kernel is 1.76x faster than FP16 implementation with kernel size=1, and 1.94x
 # faster with kernel size=3" (Acceleration Results, Figure 4)

@@ -5,7 +5,7 @@ A run is a table cell's configuration (task, model, method and options, seed, pr
 the same recipe) with a StatsRecorderHook (repro.hooks) added, which changes nothing in the training
 (tests/test_recorder.py), so its final top-1 is the cell's; a few are named variants of a cell (a lower
 learning rate for UI8 Figure 4b, a smaller batch for WAGEUBN Figure 8). The cached run is a folder
-written whole or not at all (kernels.atomic): result.json (the RunResult and how the run was made),
+written whole or not at all (atomic_files): result.json (the RunResult and how the run was made),
 records.json (the recorder's records and the curves) and samples.npz. The tables' own cache is not
 written: the recorder's work falls inside the timed training steps, so the run's ms/iter is not a cell's.
 """
@@ -30,8 +30,8 @@ import torch
 from tqdm.auto import tqdm
 
 import kernels
-from kernels.atomic import write_folder
-from kernels.devices import describe, label
+from atomic_files import write_folder
+from kernels.bench.devices import describe, label
 from repro.recorder import load
 from tables.cells import normalize_options
 from tables.render import describe_dataset

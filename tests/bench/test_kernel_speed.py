@@ -15,7 +15,7 @@ implementations are timed:
               w inside the timer, the backward ops take half tensors as autograd has them.
 
 On CUDA every timed call ends with a synchronisation, so the clock sees the kernels' time.
-``make bench`` runs them with pytest-benchmark (results/kernel_bench.json) and kernels/bench_report.py
+``make bench`` runs them with pytest-benchmark (results/kernel_bench.json) and kernels/bench/report.py
 turns the JSON into results/kernel_speedup.md and .png (``make fig4``: DAIQ Figure 4 from the same JSON).
 Under plain ``pytest`` (benchmarking disabled, as in pyproject's addopts) every case runs once on a
 shrunk shape and is checked instead: int8-op equals kernels.reference bit for bit, int8 / half are
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from kernels import devices, reference
+from kernels.bench import devices, reference
 from repro.quant import QMAX, absmax, quantize
 
 DEVICE = devices.resolve(os.environ.get("REPRO_BENCH_DEVICE") or None)

@@ -19,38 +19,48 @@ import torch
 
 import kernels
 from kernels import cuda, errors
+from kernels.cuda import runtime
 
 DRY_RUN_ARCH = 90
+
+
+class DryRunLauncher(runtime.GpuLauncher):
+    """Counts launches by kernel name instead of running them; meta tensors only; an sm_``arch`` GPU."""
+
+    def __init__(self, arch: int) -> None:
+        super().__init__()
+        self.arch = arch
+        self.launches: collections.Counter = collections.Counter()
+
+    def launch(self, module, kernel, grid, block, args) -> None:
+        self.launches.update([kernel])
+
+    def compute_capability(self, device_index) -> int:
+        return self.arch
+
+    def check_device(self, tensors) -> None:
+        if any(t.device.type != "meta" for t in tensors):
+            raise ValueError("a dry run of kernels.cuda takes meta tensors only")
 
 
 @contextlib.contextmanager
 def dry_run(arch: int = DRY_RUN_ARCH) -> Iterator[collections.Counter]:
     """Yields a Counter of the backend's kernel launches by kernel name, filled while inside."""
-    launches: collections.Counter = collections.Counter()
     get_backend = kernels.get_backend
-    saved = {name: getattr(cuda, name) for name in ("_launch", "_device_cc", "_check_device")}
 
     def backend_of(device):
         dev = device if isinstance(device, torch.device) else torch.device(device)
         return cuda if dev.type == "meta" else get_backend(dev)
 
-    def check_device(*tensors: torch.Tensor) -> None:
-        if any(t.device.type != "meta" for t in tensors):
-            raise ValueError("a dry run of kernels.cuda takes meta tensors only")
-
     optim = importlib.import_module("torch.optim.optimizer")  # the module (torch.optim hides its name)
     optimizer_devices = optim._get_foreach_kernels_supported_devices
     optim._get_foreach_kernels_supported_devices = lambda: [*optimizer_devices(), "meta"]
     kernels.get_backend = backend_of
-    cuda._launch = lambda module, kernel, grid, block, args: launches.update([kernel])
-    cuda._device_cc = lambda index: arch
-    cuda._check_device = check_device
     try:
-        yield launches
+        with runtime.launching_with(DryRunLauncher(arch)) as launcher:
+            yield launcher.launches
     finally:
         kernels.get_backend = get_backend
         # the meta device's non-finite flag goes too: raise_if_nonfinite reads every device's flag
-        errors._FLAGS.pop(torch.device("meta"), None)
+        errors.drop_flag(torch.device("meta"))
         optim._get_foreach_kernels_supported_devices = optimizer_devices
-        for name, fn in saved.items():
-            setattr(cuda, name, fn)

@@ -1,4 +1,4 @@
-"""The CPU backend's quantizer: repro.quant's semantics, fused in native code (kernels/native/quantize.cpp).
+"""The CPU backend's quantizer: repro.quant's semantics, fused in native code (kernels/cpu/csrc/quantize.cpp).
 
     q(x; s) = round(127 * clamp(x, -s, s) / s)   int8 in [-127, 127]; s = 0 gives q = 0
 
@@ -15,10 +15,12 @@ import ctypes
 
 import torch
 
-from kernels import native
-from kernels.backend import DTYPES, QMAX
-from kernels.errors import NonFiniteError
-from kernels.rng import next_key
+from ..backend import DTYPES, QMAX
+from ..errors import NonFiniteError
+from ..geometry import channel_split, dense
+from ..rng import next_key
+from . import runtime
+from .runtime import int64_array, pointer
 
 ROUNDINGS = ("nearest", "stochastic")
 
@@ -36,7 +38,7 @@ def _operand(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     x = x.detach()
     if x.dtype not in DTYPES:
         x = x.float()
-    return native.dense(x), DTYPES[x.dtype]
+    return dense(x), DTYPES[x.dtype]
 
 
 def _scales(scale, x: torch.Tensor, axis: int | None) -> torch.Tensor:
@@ -53,13 +55,13 @@ def _scales(scale, x: torch.Tensor, axis: int | None) -> torch.Tensor:
 
 def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
     """max|x| (float32): a 0-d tensor, or one value per slice along `axis`. Raises NonFiniteError."""
-    lib = native.library()
+    lib = runtime.library()
     if lib is None:
         return _torch_absmax(x, axis)
     xd, dt = _operand(x)
     if axis is None:
         out = torch.empty((), dtype=torch.float32)
-        if xd.numel() and lib.rq_absmax(native._ptr(xd), dt, xd.numel(), native._ptr(out)):
+        if xd.numel() and lib.rq_absmax(pointer(xd), dt, xd.numel(), pointer(out)):
             _raise("max|x|'s input", x)
         return out if xd.numel() else out.zero_()
     amax, _ = _stats(lib, xd, dt, axis % max(1, x.dim()), moments=False)
@@ -69,7 +71,7 @@ def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
 def channel_stats(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """max|x| and the population standard deviation per slice along `axis` (None: of the whole tensor,
     as 0-d tensors), in one pass."""
-    lib = native.library()
+    lib = runtime.library()
     if lib is None:
         return _torch_channel_stats(x, axis)
     xd, dt = _operand(x)
@@ -78,15 +80,13 @@ def channel_stats(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, torc
 
 
 def _stats(lib, xd, dt, axis, moments):
-    outer, c, inner = native.channel_split(xd, axis)
+    outer, c, inner = channel_split(xd, axis)
     channels = 1 if axis is None else xd.shape[axis]
     amax = torch.zeros(channels, dtype=torch.float32)
     s1 = torch.zeros(channels, dtype=torch.float64) if moments else None
     s2 = torch.zeros(channels, dtype=torch.float64) if moments else None
     if xd.numel():
-        bad = lib.rq_channel_stats(
-            native._ptr(xd), dt, outer, c, inner, native._ptr(amax), native._ptr(s1), native._ptr(s2)
-        )
+        bad = lib.rq_channel_stats(pointer(xd), dt, outer, c, inner, pointer(amax), pointer(s1), pointer(s2))
         if bad:
             _raise("the quantizer's input", xd)
     if not moments:
@@ -114,7 +114,7 @@ def quantize(
     ndim = x.dim()
     axis = None if axis is None else axis % max(1, ndim)
     s = _scales(scale, x, axis)
-    lib = native.library()
+    lib = runtime.library()
     if lib is None:
         return _torch_quantize(x, s, axis, rounding, generator, above)
     xd, dt = _operand(x)
@@ -131,9 +131,9 @@ def quantize(
     k0, k1 = next_key(generator) if stochastic else (0, 0)
     if xd.numel():
         bad = lib.rq_quantize(
-            native._ptr(xd), dt, native._ptr(q), ndim, native._i64(xd.shape), native._i64(xd.stride()),
-            native._ptr(s), -1 if chan is None else chan, int(axis is not None), int(stochastic),
-            ctypes.c_uint32(k0), ctypes.c_uint32(k1), native._ptr(thresh), native._ptr(counts),
+            pointer(xd), dt, pointer(q), ndim, int64_array(xd.shape), int64_array(xd.stride()),
+            pointer(s), -1 if chan is None else chan, int(axis is not None), int(stochastic),
+            ctypes.c_uint32(k0), ctypes.c_uint32(k1), pointer(thresh), pointer(counts),
         )  # fmt: skip
         if bad:
             _raise("the quantizer's input", x)
@@ -155,19 +155,19 @@ def dequantize(
 ) -> torch.Tensor:
     """acc (int32) * scale in one pass: per tensor, or per slice along `axis`; float32 or bfloat16 in acc's
     layout. inplace: a float32 result takes acc's own storage (acc is not used afterwards)."""
-    lib = native.library()
+    lib = runtime.library()
     if lib is None or dtype not in (torch.float32, torch.bfloat16) or acc.dtype != torch.int32:
         return _torch_dequantize(acc, scale, axis, dtype)
-    acc = native.dense(acc)
+    acc = dense(acc)
     s = torch.as_tensor(scale, dtype=torch.float32).detach().to("cpu").reshape(-1).contiguous()
     axis = None if axis is None else axis % acc.dim()
     out = (
         acc.view(torch.float32) if inplace and dtype == torch.float32 else torch.empty_like(acc, dtype=dtype)
     )
-    outer, c, inner = native.channel_split(acc, axis)
+    outer, c, inner = channel_split(acc, axis)
     if acc.numel():
-        lib.rq_dequantize(native._ptr(acc), native._ptr(out), int(dtype == torch.bfloat16), outer, c, inner,
-                          native._ptr(s), int(axis is not None and s.numel() > 1))  # fmt: skip
+        lib.rq_dequantize(pointer(acc), pointer(out), int(dtype == torch.bfloat16), outer, c, inner,
+                          pointer(s), int(axis is not None and s.numel() > 1))  # fmt: skip
     return out
 
 

@@ -1,6 +1,6 @@
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): a counter-based
 // generator, so every element draws its own random word from (element index, seed) with no state and
-// the result does not depend on the launch geometry. kernels/cuda.py has the same function on the host
+// the result does not depend on the launch geometry. tests/philox_mirror.py has the same function on the host
 // (checked against the Random123 known-answer vectors) for the tests.
 
 struct philox4 {

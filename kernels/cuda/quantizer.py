@@ -1,4 +1,4 @@
-"""The CUDA backend's quantizer: repro.quant's semantics in the fused kernels of kernels/cuda/quantize.cu,
+"""The CUDA backend's quantizer: repro.quant's semantics in the fused kernels of csrc/quantize.cu,
 with no host synchronisation.
 
 Codes keep the input's layout; nearest rounding is bit-identical to the CPU backend's, and stochastic
@@ -14,10 +14,11 @@ import math
 import numpy as np
 import torch
 
-from kernels import cuda as _cuda
-from kernels.backend import DTYPES
-from kernels.errors import device_flag
-from kernels.rng import next_key
+from ..backend import DTYPES
+from ..errors import device_flag
+from ..geometry import channel_split, dense
+from ..rng import next_key
+from . import runtime
 
 MAX_DIMS = 5  # the group kernel's dimensions (beyond: the tensor is made contiguous and flattened)
 
@@ -26,17 +27,7 @@ def _operand(x: torch.Tensor) -> tuple[torch.Tensor, np.int32]:
     x = x.detach()
     if x.dtype not in DTYPES:
         x = x.float()
-    from kernels.native import dense  # a plain stride check, no library needed
-
     return dense(x), np.int32(DTYPES[x.dtype])
-
-
-def _split(x: torch.Tensor, axis: int | None) -> tuple[int, int, int]:
-    c = 1 if axis is None else x.shape[axis]
-    if c <= 1:
-        return 1, 1, x.numel()
-    inner = x.stride(axis)
-    return x.numel() // (c * inner), c, inner
 
 
 def _scales(scale, x: torch.Tensor, axis: int | None) -> torch.Tensor:
@@ -52,9 +43,9 @@ def _scales(scale, x: torch.Tensor, axis: int | None) -> torch.Tensor:
 
 
 def _stats(x: torch.Tensor, axis: int | None, moments: bool):
-    _cuda._check_device(x)
+    runtime.check_device(x)
     xd, dt = _operand(x)
-    outer, c, inner = _split(xd, axis)
+    outer, c, inner = channel_split(xd, axis)
     channels = 1 if axis is None else xd.shape[axis]
     if moments:  # one zeroed buffer for the two sums and the max bits (one launch instead of three)
         sums = torch.zeros(5 * channels, dtype=torch.int32, device=x.device)
@@ -64,17 +55,17 @@ def _stats(x: torch.Tensor, axis: int | None, moments: bool):
         bits, s1, s2 = torch.zeros(channels, dtype=torch.int32, device=x.device), None, None
     flag = device_flag(x.device)
     if xd.numel() and c == 1 and not moments:
-        grid = (min(_cuda.grid_1d(xd.numel()), 1024), 1, 1)
+        grid = (min(runtime.grid_1d(xd.numel()), 1024), 1, 1)
         args = (xd, dt, np.int64(xd.numel()), bits, flag)
-        _cuda._launch("quantize", "absmax_tensor", grid, (_cuda.THREADS, 1, 1), args)
+        runtime.launch("quantize", "absmax_tensor", grid, (runtime.THREADS, 1, 1), args)
     elif xd.numel():
         args = (xd, dt, np.int64(outer), np.int32(c), np.int64(inner), bits, s1, s2, flag)
         if inner == 1:
-            grid = (-(-c // 32), max(1, min(_cuda.MAX_GRID_YZ, -(-outer // 64))), 1)
-            _cuda._launch("quantize", "channel_stats", grid, (32, 8, 1), args)
+            grid = (-(-c // 32), max(1, min(runtime.MAX_GRID_YZ, -(-outer // 64))), 1)
+            runtime.launch("quantize", "channel_stats", grid, (32, 8, 1), args)
         else:
-            grid = (c, max(1, min(_cuda.MAX_GRID_YZ, outer, 65535 // max(1, c) + 1)), 1)
-            _cuda._launch("quantize", "channel_stats", grid, (_cuda.THREADS, 1, 1), args)
+            grid = (c, max(1, min(runtime.MAX_GRID_YZ, outer, 65535 // max(1, c) + 1)), 1)
+            runtime.launch("quantize", "channel_stats", grid, (runtime.THREADS, 1, 1), args)
     amax = bits.view(torch.float32)
     if not moments:
         return amax, None
@@ -114,7 +105,7 @@ def group_plan(shape, strides, axis: int | None):
 def quantize(x, scale, axis=None, rounding="nearest", generator=None, above=None):
     if rounding not in ("nearest", "stochastic"):
         raise ValueError(f"unknown rounding {rounding!r}; choose one of nearest, stochastic")
-    _cuda._check_device(x)
+    runtime.check_device(x)
     axis = None if axis is None else axis % max(1, x.dim())
     s = _scales(scale, x, axis)
     xd, dt = _operand(x)
@@ -144,8 +135,8 @@ def quantize(x, scale, axis=None, rounding="nearest", generator=None, above=None
             np.int32(rounding == "stochastic"), np.uint32(k0), np.uint32(k1), thresh, counts,
             device_flag(x.device),
         )  # fmt: skip
-        grid = (_cuda.grid_1d(groups), 1, 1)
-        _cuda._launch("quantize", "quantize_groups", grid, (_cuda.THREADS, 1, 1), args)
+        grid = (runtime.grid_1d(groups), 1, 1)
+        runtime.launch("quantize", "quantize_groups", grid, (runtime.THREADS, 1, 1), args)
     return q if above is None else (q, counts)
 
 
@@ -169,19 +160,17 @@ def dequantize(acc, scale, axis=None, dtype=torch.float32, inplace=False):
     if acc.dtype != torch.int32 or dtype not in DTYPES:
         s = torch.as_tensor(scale, dtype=torch.float32, device=acc.device)
         return (acc.float() * s).to(dtype)
-    from kernels.native import dense
-
-    _cuda._check_device(acc)
+    runtime.check_device(acc)
     acc = dense(acc)
     axis = None if axis is None else axis % acc.dim()
     s = torch.as_tensor(scale, dtype=torch.float32).detach().to(acc.device, non_blocking=True).reshape(-1)
     s = s.contiguous()
     same = inplace and dtype == torch.float32
     out = acc.view(torch.float32) if same else torch.empty_like(acc, dtype=dtype)
-    outer, c, inner = _split(acc, axis)
+    outer, c, inner = channel_split(acc, axis)
     if acc.numel():
         args = (acc, out, np.int32(DTYPES[dtype]), np.int64(acc.numel()), np.int32(c), np.int64(inner), s,
                 np.int32(axis is not None and s.numel() > 1))  # fmt: skip
-        grid = (_cuda.grid_1d(acc.numel()), 1, 1)
-        _cuda._launch("quantize", "dequantize", grid, (_cuda.THREADS, 1, 1), args)
+        grid = (runtime.grid_1d(acc.numel()), 1, 1)
+        runtime.launch("quantize", "dequantize", grid, (runtime.THREADS, 1, 1), args)
     return out

@@ -5,7 +5,7 @@
 //     v   = clamp(x * inv, -127, 127)
 //     q   = rint(v) (half to even)                       nearest
 //     q   = clamp(floor(v + u), -127, 127), u ~ U[0,1)    stochastic
-// with u from the Philox stream of kernels/native/philox.h (the CPU backend's): a tensor read as rows x L,
+// with u from the Philox stream of kernels/cpu/csrc/philox.h (the CPU backend's): a tensor read as rows x L,
 // L its last dimension, element (r, j) takes word j % 4 of philox((r lo, r hi, j / 4, 0), key). The
 // __fmul_rn / __fadd_rn intrinsics keep x*inv + u from fusing into one FMA. A non-finite input sets *flag
 // (read once per iteration by kernels.errors.raise_if_nonfinite).

@@ -1,6 +1,6 @@
 """Side-by-side timing of the INT8 CPU backend against fp32 torch (one process, one run).
 
-    python -m kernels.bench [--reps 7] [--channels-last] [--resnet18] [--quant-profile] [--cpu-time]
+    python -m kernels.bench.layers [--reps 7] [--channels-last] [--resnet18] [--quant-profile] [--cpu-time]
 
 For each layer: forward, input gradient and weight gradient, the int8 op alone (kernels.cpu on int8
 operands, int32 out) next to fp32 (F.conv2d / torch.nn.grad / matmul) on the same shapes;

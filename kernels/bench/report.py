@@ -1,6 +1,6 @@
 """The kernel-speed report: pytest-benchmark JSON (tests/bench, ``make bench``) -> Markdown + bar chart.
 
-    python -m kernels.bench_report [results/kernel_bench.json] [--out results]
+    python -m kernels.bench.report [results/kernel_bench.json] [--out results]
 
 Writes ``kernel_speedup.md`` (per layer and op: milliseconds of int8 with quantization, the int8 op
 alone, fp32 and half precision (bf16 on the CPU, fp16 on a GPU), the speedups t_fp32 / t_int8 and

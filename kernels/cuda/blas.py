@@ -5,14 +5,15 @@ cuBLASLt's int8 GEMM measured 937 TOPS on an H100 at 8192^3 where this project's
 (zeros add nothing to the sums). Convolutions around it:
 
 * forward: 1x1 stride-1 convolutions of channels-last activations are the GEMM itself (no im2col);
-  others im2col (kernels/cuda/im2col.cu) into K-padded rows, batch chunks bounding the columns' memory;
+  others im2col (csrc/im2col.cu) into K-padded rows, batch chunks bounding the columns' memory;
 * input gradient: stride 1 is the forward convolution of g with the flipped, transposed weight; a
   strided 1x1 is a GEMM scattered onto every s-th position; other strides a GEMM and the col2im gather;
 * weight gradient: g^T . columns with the reduction over N * positions split into chunks of at most
   SPLIT_K rows, whose int32 sums are exact by the int32 contract and are added (wrapping, as int32
   does: exact whenever the total fits).
 
-Grouped and depthwise convolutions stay on the project's kernels (kernels.cuda), which batch the groups.
+Grouped and depthwise convolutions stay on the project's kernels (kernels.cuda.own_kernels), which batch
+the groups.
 Results are int32 in channels-last (convolutions) or row-major (linear) layout.
 """
 
@@ -20,11 +21,11 @@ from __future__ import annotations
 
 import torch
 
-from kernels import cuda as _cuda
+from . import runtime
+from .columns import ConvGeometry, col2im, im2col
 
 SPLIT_K = 131_072  # a multiple of 8 below the int32 contract's 133,144 terms of 127 * 127
 MIN_M = 17
-_int_mm = torch._int_mm  # a seam for the CPU harness's tests, which check the shapes cuBLASLt accepts
 
 
 def _round8(v: int) -> int:
@@ -41,7 +42,7 @@ def int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         a = torch.nn.functional.pad(a, (0, kp - k, 0, mp - m))
     if (kp, np_) != (k, n):
         b = torch.nn.functional.pad(b, (0, np_ - n, 0, kp - k))
-    out = _int_mm(a, b)
+    out = runtime.int_mm(a, b)  # cuBLASLt, or what the current launcher stands in with
     return out if (mp, np_) == (m, n) else out[:m, :n]
 
 
@@ -79,7 +80,7 @@ def _cols(x: torch.Tensor, geo, n0: int, nn: int) -> torch.Tensor:
     cols = torch.empty((nn * p, kp), dtype=torch.int8, device=x.device)
     if kp != k:
         cols[:, k:].zero_()
-    _cuda._im2col(x[n0 : n0 + nn], cols, geo, (p * kp, 0, kp, 1))
+    im2col(x[n0 : n0 + nn], cols, geo, (p * kp, 0, kp, 1))
     return cols
 
 
@@ -115,7 +116,7 @@ def conv_input_grad(gq, wq, input_shape, geo) -> torch.Tensor:
         pad = tuple(geo.d[i] * (geo.k[i] - 1) - geo.p[i] for i in range(3 - nd, 3))
         if min(pad) >= 0:
             wt = wq.flip(sp).transpose(0, 1)
-            sub = _cuda.ConvGeometry.of(gq.shape, wt.shape, 1, pad, geo.d[3 - nd :], 1)
+            sub = ConvGeometry.of(gq.shape, wt.shape, 1, pad, geo.d[3 - nd :], 1)
             return conv_forward(gq, wt, sub)
     spatial_out = geo.out[3 - nd :]
     if _is_pointwise(geo):  # strided 1x1: a GEMM scattered onto every s-th input position
@@ -140,7 +141,7 @@ def conv_input_grad(gq, wq, input_shape, geo) -> torch.Tensor:
     for n0 in range(0, geo.n, chunk):
         nn = min(chunk, geo.n - n0)
         dcols = int_mm(g_rows[n0 * p : (n0 + nn) * p], w).contiguous()  # (nn * P, K)
-        _cuda._col2im(dcols, dx[n0 : n0 + nn], geo, (p * k, 0, k, 1))
+        col2im(dcols, dx[n0 : n0 + nn], geo, (p * k, 0, k, 1))
     return dx
 
 

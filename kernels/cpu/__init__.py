@@ -1,0 +1,41 @@
+"""The INT8 CPU backend (the interface of kernels.backend), bit-exact to ``kernels.reference``.
+
+From the ground up: ``runtime`` builds and loads the C++ of ``csrc/``; ``native`` (its GEMM and
+depthwise products) and ``quantizer`` (the fused quantizer) call it; ``memory`` lays out outputs,
+``onednn`` calls oneDNN's int8 convolution, ``routes`` probes which exact route this CPU takes,
+``im2col`` is the exact im2col + ``torch._int_mm`` route, and ``products`` the convolutions and linear
+products that choose among them.
+"""
+
+from __future__ import annotations
+
+from . import native, routes
+from .products import (
+    conv_forward,
+    conv_input_grad,
+    conv_weight_grad,
+    linear_forward,
+    linear_input_grad,
+    linear_weight_grad,
+)
+from .quantizer import absmax, absmax_quantize, channel_stats, dequantize, quantize
+from .routes import clear_route_caches, conv_route, torch_int8_fast
+
+__all__ = [
+    "absmax",
+    "absmax_quantize",
+    "channel_stats",
+    "clear_route_caches",
+    "conv_forward",
+    "conv_input_grad",
+    "conv_route",
+    "conv_weight_grad",
+    "dequantize",
+    "linear_forward",
+    "linear_input_grad",
+    "linear_weight_grad",
+    "native",
+    "quantize",
+    "routes",
+    "torch_int8_fast",
+]

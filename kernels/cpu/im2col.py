@@ -1,0 +1,119 @@
+"""The CPU backend's exact route: im2col + ``torch._int_mm`` (int8 x int8 -> int32), or the native GEMM
+where torch's int8 kernels are not the fast route, or a float64 matmul where ``_int_mm`` is not exact.
+
+CPU ``torch._int_mm`` misreads operands with a size-1 dimension whose strides are ambiguous (torch 2.13);
+such operands are copied to a fresh row-major layout first (``mm_operand``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import native, routes
+from .memory import as_cl, empty_cl, huge_pages, is_cl
+
+# weight grad: batch chunk such that the im2col of a chunk has about this many bytes (measured: 8 MB
+# beat 2 and 16 MB and an unchunked im2col, whose fresh >32 MB buffers cost page faults)
+IM2COL_CHUNK_BYTES = 8 << 20
+
+
+def mm_operand(t: torch.Tensor) -> torch.Tensor:
+    """A layout torch._int_mm reads correctly: row- or column-major with no size-1 dimension.
+
+    With a size-1 dimension the strides are ambiguous (e.g. (1, 1)) and CPU _int_mm then returns
+    wrong results (torch 2.13); such operands, and other non-BLAS layouts, get a fresh row-major copy.
+    """
+    r, c = t.shape
+    if r > 1 and c > 1:
+        if (t.stride(1) == 1 and t.stride(0) >= c) or (t.stride(0) == 1 and t.stride(1) >= r):
+            return t
+    return torch.empty_strided((r, c), (c, 1), dtype=t.dtype).copy_(t)
+
+
+def mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Exact int8 (M, K) @ int8 (K, N) -> int32 (M, N) (into ``out``, a contiguous int32, if given)."""
+    if not routes.torch_int8_fast():
+        if out is None:
+            out = huge_pages(torch.empty((a.shape[0], b.shape[1]), dtype=torch.int32))
+        return native.gemm(a, b, out)
+    if routes.int_mm_exact():
+        a, b = mm_operand(a), mm_operand(b)
+        if out is None:
+            out = huge_pages(torch.empty((a.shape[0], b.shape[1]), dtype=torch.int32))
+        return torch._int_mm(a, b, out=out)
+    # float64 sums of int8 products are exact (|sum| < 2^53)
+    r = torch.mm(a.to(torch.float64), b.to(torch.float64)).to(torch.int32)
+    return r if out is None else out.copy_(r)
+
+
+def pad_zero(xq: torch.Tensor, p) -> torch.Tensor:
+    """Zero-pad the spatial dims (int8), keeping the memory layout family."""
+    if not any(p):
+        return xq
+    n, c, *sp = xq.shape
+    shape = (n, c, *(a + 2 * b for a, b in zip(sp, p, strict=True)))
+    xp = empty_cl(shape, xq.dtype) if is_cl(xq) else torch.empty(shape, dtype=xq.dtype)
+    xp.zero_()
+    xp[(slice(None), slice(None)) + tuple(slice(b, b + a) for a, b in zip(sp, p, strict=True))] = xq
+    return xp
+
+
+def im2col(xp: torch.Tensor, k, s, d, out, channels_last: bool) -> torch.Tensor:
+    """Columns of an already padded int8 x (N, C, *Lp), one strided copy.
+
+    channels_last: (N*P, prod(k)*C), rows (n, o...), columns (k..., c)
+    otherwise:     (C*prod(k), N*P), rows (c, k...), columns (n, o...)
+    """
+    nd = len(k)
+    n, c = xp.shape[:2]
+    sn, sc, *sl = xp.stride()
+    o_stride = [sl[i] * s[i] for i in range(nd)]
+    k_stride = [sl[i] * d[i] for i in range(nd)]
+    off = xp.storage_offset()
+    if channels_last:
+        v = xp.as_strided((n, *out, *k, c), (sn, *o_stride, *k_stride, sc), off)
+        return v.reshape(n * math.prod(out), math.prod(k) * c)
+    v = xp.as_strided((c, *k, n, *out), (sc, *k_stride, sn, *o_stride), off)
+    return v.reshape(c * math.prod(k), n * math.prod(out))
+
+
+def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int) -> torch.Tensor:
+    """Exact convolution by im2col + _int_mm over batch chunks, channels-last int32 output.
+
+    Groups are done blk at a time with a block-diagonal weight (zeros between the groups), so that
+    depthwise convolutions are batched matmuls too.
+    """
+    nd = len(s)
+    n, cin = xq.shape[:2]
+    cout = wq.shape[0]
+    k = tuple(wq.shape[2:])
+    ntap = math.prod(k)
+    out = tuple((xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(nd))
+    if routes.native_depthwise(nd, groups, cin, cout):
+        return native.depthwise_forward(xq, wq, s, p, d, out)
+    npos = math.prod(out)
+    a, b = cin // groups, cout // groups
+    blk = min(groups, max(1, 64 // max(a, b)))
+    # weights as (Cout, prod(k) * a) with columns (k..., c), the order of the channels-last im2col
+    wm = wq.movedim(1, -1).reshape(cout, ntap, a).contiguous()
+    y = empty_cl((n, cout, *out), torch.int32)
+    ymat = y.movedim(1, -1).view(n * npos, cout)  # rows (n, o...), contiguous
+    chunk = routes.batch_chunk(n, npos * ntap * cin, IM2COL_CHUNK_BYTES)
+    for n0 in range(0, n, chunk):
+        n1 = min(n, n0 + chunk)
+        xp = pad_zero(as_cl(xq[n0:n1]), p)
+        rows = slice(n0 * npos, n1 * npos)
+        for g0 in range(0, groups, blk):
+            g1 = min(groups, g0 + blk)
+            cols = im2col(xp[:, g0 * a : g1 * a], k, s, d, out, True)  # (rows, prod(k) * B*a)
+            if groups == 1:
+                mm(cols, wm.view(cout, -1).t(), out=ymat[rows])
+                continue
+            # block-diagonal weight (B*b, prod(k), B*a): group i of the block at [i*b.., :, i*a..]
+            nb = g1 - g0
+            wb = torch.zeros((nb, b, ntap, nb, a), dtype=wq.dtype)
+            wb.diagonal(dim1=0, dim2=3).copy_(wm[g0 * b : g1 * b].view(nb, b, ntap, a).permute(1, 2, 3, 0))
+            ymat[rows, g0 * b : g1 * b] = mm(cols, wb.view(nb * b, -1).t())
+    return y

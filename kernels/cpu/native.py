@@ -1,0 +1,66 @@
+"""The CPU backend's own C++ products (kernels/cpu/csrc/gemm.cpp, depthwise.cpp) called through ctypes: an
+exact int8 GEMM for CPUs whose torch._int_mm is not exact, and the depthwise convolutions."""
+
+from __future__ import annotations
+
+import torch
+
+from .runtime import int64_array, library, pointer
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Exact int8 (M, K) @ int8 (K, N) -> int32 (M, N), any strides; into `out` (int32, unit column
+    stride) if given."""
+    lib = library()
+    m, k = a.shape
+    n = b.shape[1]
+    if out is None:
+        out = torch.empty((m, n), dtype=torch.int32)
+    if out.stride(1) != 1 and n > 1:
+        raise ValueError("gemm: out needs unit column stride")
+    lib.rq_gemm_s8(m, n, k, pointer(a), a.stride(0), a.stride(1), pointer(b), b.stride(0), b.stride(1),
+                   pointer(out), out.stride(0))  # fmt: skip
+    return out
+
+
+def _channels_last_2d(t: torch.Tensor) -> torch.Tensor:
+    return (
+        t
+        if t.is_contiguous(memory_format=torch.channels_last)
+        else t.contiguous(memory_format=torch.channels_last)
+    )
+
+
+def _dw(fn, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, x_shape, out_hw, kernel, s, p, d) -> None:
+    n, c, h, w = x_shape
+    geometry = int64_array([n, c, h, w, *out_hw, *kernel, *s, *p, *d])
+    if getattr(library(), fn)(pointer(a), pointer(b), pointer(out), geometry):
+        raise ValueError(f"depthwise kernel {tuple(kernel)} has more taps than the native kernels take")
+
+
+def depthwise_forward(x, w, s, p, d, out_hw) -> torch.Tensor:
+    """Depthwise 2-D convolution of int8 x (N, C, H, W) with w (C, 1, KH, KW), zero padding p: int32
+    (N, C, OH, OW), channels-last."""
+    x = _channels_last_2d(x)
+    n, c = x.shape[:2]
+    y = torch.empty((n, *out_hw, c), dtype=torch.int32)
+    _dw("rq_dw_forward", x, w.contiguous(), y, x.shape, out_hw, w.shape[2:], s, p, d)
+    return y.permute(0, 3, 1, 2)
+
+
+def depthwise_input_grad(g, w, x_shape, s, p, d) -> torch.Tensor:
+    """dL/dx (N, C, H, W) int32, channels-last, of a depthwise 2-D convolution, from the int8 output
+    gradient g (N, C, OH, OW)."""
+    g = _channels_last_2d(g)
+    n, c, h, wd = x_shape
+    dx = torch.empty((n, h, wd, c), dtype=torch.int32)
+    _dw("rq_dw_input_grad", g, w.contiguous(), dx, x_shape, g.shape[2:], w.shape[2:], s, p, d)
+    return dx.permute(0, 3, 1, 2)
+
+
+def depthwise_weight_grad(x, g, kernel, s, p, d) -> torch.Tensor:
+    """dL/dw (C, 1, KH, KW) int32 of a depthwise 2-D convolution, from int8 x and output gradient g."""
+    x, g = _channels_last_2d(x), _channels_last_2d(g)
+    dw = torch.empty((x.shape[1], 1, *kernel), dtype=torch.int32)
+    _dw("rq_dw_weight_grad", x, g, dw, x.shape, g.shape[2:], kernel, s, p, d)
+    return dw

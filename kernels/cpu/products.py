@@ -1,0 +1,284 @@
+"""The CPU backend's products: exact int8 convolutions and linear products, the route chosen per call.
+
+Same API as ``kernels.reference``: int8 operands (values in [-127, 127], any strides or memory
+format) in, exact int32 out (convolution results channels-last). Convolutions are 1-, 2- or 3-D by
+the rank of ``x`` (N, C, *spatial).
+
+Which torch ops run (timings: ``python -m kernels.bench.layers``):
+
+* Convolutions go to oneDNN's int8 convolution, ``torch.ops.onednn.qconv_pointwise`` with the weight
+  prepacked by ``torch.ops.onednn.qconv_prepack``: the input shifted to uint8 with zero point 128
+  (v + 128, a sign-bit flip), the int8 weight, unit scales, fp32 output. oneDNN accumulates in int32
+  (zero-point compensation included, padded borders too) and converts to fp32, exact while every sum
+  it converts is below 2^24 (``kernels.cpu.onednn``). Two guards make that hold, chosen per CPU
+  (``kernels.cpu.routes.conv_route``):
+  - scan (VNNI without AMX): oneDNN converts the compensated int32 sum at the end. The a-priori bound
+    128 * max_oc ||w_oc||_1 usually proves |acc| < 2^24; when it does not, the output is scanned
+    (``torch.aminmax``) and a batch chunk with any |value| >= 2^24 is recomputed exactly by im2col +
+    ``torch._int_mm``.
+  - bounded (AMX, or wherever the probe ``routes.compensation_rounds`` fails): oneDNN's AMX kernels round the
+    uncompensated sum of (x + 128) * w to fp32 before subtracting 128 * sum(w) (the reading that fits
+    the failures measured on an AMX Xeon, docs/measurements.md), so a small output can be wrong and the
+    scan cannot see it. The weights alone must prove it: the input channels are split
+    into at most 8 blocks in each of which (255 + 128) * ||w_oc||_1 < 2^24 (every sum either order can
+    form), each block's fp32 output is exact, and the blocks' int32 outputs are added. Beyond 8 blocks
+    (or a grouped weight over the bound) the convolution goes to im2col + ``torch._int_mm``.
+  A shape oneDNN refuses (it does, on AMX, for some grouped convolutions) goes to im2col + _int_mm too.
+  oneDNN runs on batch chunks of <= 8 MB of fp32 output (cache-sized, and below glibc's mmap
+  threshold, where fresh pages cost page faults).
+* Ungrouped convolutions with a 1x1 kernel and no padding, or with at most 64 output positions per
+  image, go to im2col + ``torch._int_mm`` (int8 x int8 -> int32) instead: faster there (measured),
+  and exact by construction. The im2col is one strided copy per batch chunk (<= 8 MB), a view for 1x1.
+* ``conv_input_grad``: the transposed convolution as such convolutions of g with the weight flipped
+  and its in/out channels swapped per group. Stride s > 1 is done polyphase: one stride-1
+  convolution per input phase (s^d of them) with the sub-kernel of the taps that reach it, so no
+  multiplications by inserted zeros; each phase's oneDNN output is written straight into its
+  positions of dx.
+* ``conv_weight_grad``: im2col over batch chunks + ``torch._int_mm`` (exact int32 whatever the
+  reduction length N*P), int32 partial sums added. Grouped convolutions put blocks of groups into one
+  matmul and keep its diagonal blocks, so depthwise is batched matmuls, not a loop over channels.
+* ``linear_*``: ``torch._int_mm``.
+
+Outputs of 32 MB and more (fresh mmap-ed memory on every call) are madvise-d for 2 MB transparent
+huge pages before they are written: faulting them in 4 KB pages cost more than the int8 work itself
+(``kernels.cpu.memory``).
+
+CPU ``torch._int_mm`` misreads operands with a size-1 dimension whose strides are ambiguous (torch
+2.13); such operands are copied to a fresh row-major layout first (``im2col.mm_operand``).
+
+Exactness of the oneDNN and ``_int_mm`` paths depends on the CPU: with VNNI (vpdpbusd, as here) they
+are exact; without it oneDNN may use the saturating vpmaddubsw. Each path is therefore probed once on
+saturation-prone operands, and a path that fails its probe is not used: convolutions then all go to
+im2col + ``_int_mm``, and ``_int_mm`` itself to a float64 matmul (exact: integer sums < 2^53).
+
+int32 contract: results are exact as long as the exact sum fits in int32, guaranteed when the
+reduction length K < 2^31 / 127^2 = 133,144 (K = Cin/groups * prod(kernel) for the forward pass,
+Cout/groups * prod(kernel) for the input gradient, N * prod(output spatial) for the weight gradient,
+K for a linear layer).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+from ..geometry import check_grad_output, conv_geometry
+from . import im2col, native, onednn, routes
+from .memory import as_cl, empty_cl
+
+# oneDNN convolutions: batch chunk such that a chunk's fp32 output has about this many bytes
+OUT_CHUNK_BYTES = 8 << 20
+
+
+def _check(*tensors: torch.Tensor) -> None:
+    for t in tensors:
+        if t.dtype != torch.int8:
+            raise TypeError(f"expected an int8 tensor, got {t.dtype}")
+        if t.device.type != "cpu":
+            raise ValueError(f"kernels.cpu got a tensor on {t.device}")
+
+
+def _conv_int(
+    xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, u8_cache=None, dst=None, crop=None
+) -> torch.Tensor:
+    """Exact int32 convolution of int8 x with int8 w, channels-last.
+
+    ``u8_cache``: a dict to keep x as uint8 + 128 in, for several convolutions of the same x.
+    ``dst``, ``crop``: write the spatial window ``crop`` (slices) of the result into the int32 view
+    ``dst`` instead (returned), straight from each batch chunk's output: the input gradient's phases
+    land in dx without an intermediate int32 tensor per phase (half its copies, measured).
+    """
+    k = wq.shape[2:]
+    out = [(xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(len(s))]
+    window = (slice(None), slice(None)) + tuple(crop if crop is not None else ())
+    if not routes.onednn_exact() or routes.im2col_route(k, p, out, groups):
+        y = im2col.conv_exact(xq, wq, s, p, d, groups)
+        return y if dst is None else dst.copy_(y[window])
+    if routes.onednn_bounded():
+        # AMX: the output scan cannot see a rounded uncompensated sum; the weights must prove every block
+        blocks, checked = onednn.channel_blocks(wq, groups), False
+    else:
+        # |x| <= 128, so |acc| <= 128 * max_oc ||w_oc||_1: if that is < 2^24 the fp32 output is exact
+        blocks = [(0, wq.shape[1])]
+        checked = onednn.ZP * int(wq.to(torch.int32).abs().flatten(1).sum(1).max()) >= onednn.F32_EXACT
+    n = xq.shape[0]
+    # batch chunks keep the fp32 intermediate cache-sized (and reused rather than freshly mapped)
+    chunk = routes.batch_chunk(n, 4 * wq.shape[0] * math.prod(out), OUT_CHUNK_BYTES)
+    key = (tuple(wq.shape), tuple(xq.shape[1:]), min(n, chunk), tuple(s), tuple(p), tuple(d), groups)
+    packed = None
+    if blocks is not None and key not in onednn.REFUSED:
+        packed = onednn.prepack_blocks(wq, blocks, s, p, d, groups, xq, chunk)
+        if packed is None:
+            onednn.REFUSED.add(key)
+    if packed is None:
+        y = im2col.conv_exact(xq, wq, s, p, d, groups)
+        return y if dst is None else dst.copy_(y[window])
+    u8_cache = {} if u8_cache is None else u8_cache
+    if "u8" not in u8_cache:
+        u8_cache["u8"] = onednn.to_u8(xq)
+    xu = u8_cache["u8"]
+    y = None
+    for n0 in range(0, n, chunk):
+        part = onednn.qconv_blocks(xu[n0 : n0 + chunk], wq, blocks, packed, s, p, d, groups)
+        if part is None:  # oneDNN refused this chunk's shape
+            part = im2col.conv_exact(xq[n0 : n0 + chunk], wq, s, p, d, groups)
+        elif checked:
+            lo, hi = torch.aminmax(part)
+            # fp32 rounding is monotonic and 2^24 is representable: |out| < 2^24 implies |acc| < 2^24
+            if not (-onednn.F32_EXACT < float(lo) and float(hi) < onednn.F32_EXACT):
+                part = im2col.conv_exact(xq[n0 : n0 + chunk], wq, s, p, d, groups)
+        if dst is not None:
+            dst[n0 : n0 + chunk] = part[window]
+            continue
+        if chunk >= n:
+            # fp32 -> int32 in place (same 4-byte slots, a full overlap copy_ allows): no second
+            # output-sized buffer, whose fresh pages cost more than the conversion (measured 8x)
+            return part if part.dtype == torch.int32 else part.view(torch.int32).copy_(part)
+        if y is None:
+            y = empty_cl((n, wq.shape[0], *out), torch.int32)
+        y[n0 : n0 + chunk] = part
+    return dst if dst is not None else y
+
+
+# ----------------------------------------------------------------------------------------------------
+# public API
+
+
+def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
+    """y = conv(x, w) exactly (torch.nn.functional.conv{1,2,3}d semantics), int32 (N, Cout, *out)."""
+    _check(xq, wq)
+    nd, s, p, d, k, out = conv_geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
+    return _conv_int(xq, wq, s, p, d, groups)
+
+
+def _phases(length: int, out: int, k: int, s: int, p: int, d: int):
+    """Per-dimension polyphase plan of the transposed convolution.
+
+    Input positions i = phi + s*j get dx[i] = sum_k g[o] w[k] over taps with o*s - p + k*d = i, i.e.
+    (phi + p - k*d) % s == 0 and o = j + (phi + p - k*d) / s. Listing those taps in decreasing k
+    makes o advance by dd = (tap step) * d / s per tap: a stride-1 correlation of g with the reversed
+    sub-kernel, dilation dd, left padding -c_min. Yields (phi, n_phi, plan) with plan None when no
+    tap reaches the phase, else (taps reversed, dd, symmetric padding P, crop start).
+    """
+    for phi in range(min(s, length)):
+        n_phi = (length - phi + s - 1) // s
+        taps = [t for t in range(k) if (phi + p - t * d) % s == 0]
+        if not taps:
+            yield phi, n_phi, None
+            continue
+        dd = (taps[1] - taps[0]) * d // s if len(taps) > 1 else 1
+        pl = -((phi + p - taps[-1] * d) // s)  # left padding of g
+        pr = n_phi + (len(taps) - 1) * dd - out - pl  # right padding that yields n_phi outputs
+        pad = max(pl, pr, 0)
+        yield phi, n_phi, (taps[::-1], dd, pad, pad - pl)
+
+
+def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
+    """dL/dx for dL/dy = g (torch.nn.grad.conv{N}d_input), int32 of shape input_shape."""
+    _check(gq, wq)
+    input_shape = tuple(int(a) for a in input_shape)
+    nd, s, p, d, k, out = conv_geometry(input_shape, wq.shape, stride, padding, dilation, groups)
+    n, cin = input_shape[:2]
+    cout = wq.shape[0]
+    check_grad_output(gq.shape, (n, cout, *out))
+    if routes.native_depthwise(nd, groups, cin, cout):
+        return native.depthwise_input_grad(gq, wq, input_shape, s, p, d)
+    a, b = cin // groups, cout // groups
+    # transposed weight: per group (b, a, *k) -> (a, b, *k); flipping is done by the tap order below
+    wt = wq.reshape(groups, b, a, *k).transpose(1, 2).reshape(cin, b, *k)
+    plans = [list(_phases(input_shape[2 + i], out[i], k[i], s[i], p[i], d[i])) for i in range(nd)]
+    u8_cache: dict = {}  # g as uint8, converted once for all phases (if oneDNN runs)
+    dx = None
+    if any(plan is None for dim in plans for _, _, plan in dim):
+        dx = empty_cl(input_shape, torch.int32).zero_()  # some positions get no tap: they stay 0
+    for combo in itertools.product(*plans):
+        if any(plan is None for _, _, plan in combo):
+            continue
+        w_sub = wt
+        for i, (_, _, (taps, _, _, _)) in enumerate(combo):
+            if list(taps) != list(range(k[i])):
+                w_sub = w_sub.index_select(2 + i, torch.tensor(taps, dtype=torch.long))
+        dil = tuple(plan[1] for _, _, plan in combo)
+        pad = tuple(plan[2] for _, _, plan in combo)
+        crop = tuple(slice(plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
+        phase = tuple(slice(phi, None, s[i]) for i, (phi, _, _) in enumerate(combo))
+        dst = (slice(None), slice(None)) + phase
+        if all(si == 1 for si in s):
+            y = _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache)
+            if tuple(y.shape[2:]) == input_shape[2:]:
+                return y  # stride 1: a single phase covering everything
+            dx = empty_cl(input_shape, torch.int32) if dx is None else dx
+            dx[dst] = y[(slice(None), slice(None)) + crop]
+            continue
+        dx = empty_cl(input_shape, torch.int32) if dx is None else dx
+        # the phase's output goes straight into its positions of dx
+        _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, dst=dx[dst], crop=crop)
+    return dx
+
+
+def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
+    """dL/dw for dL/dy = g (torch.nn.grad.conv{N}d_weight), int32 of shape weight_shape."""
+    _check(xq, gq)
+    weight_shape = tuple(int(a) for a in weight_shape)
+    nd, s, p, d, k, out = conv_geometry(xq.shape, weight_shape, stride, padding, dilation, groups)
+    n, cin = xq.shape[:2]
+    cout = weight_shape[0]
+    check_grad_output(gq.shape, (n, cout, *out))
+    a, b = cin // groups, cout // groups
+    ntap = math.prod(k)
+    if routes.native_depthwise(nd, groups, cin, cout):
+        return native.depthwise_weight_grad(xq, gq, k, s, p, d)
+    # groups per matmul: blk groups together give a (blk*a, blk*b) product whose diagonal blocks are
+    # the per-group results (the batched exact formulation for depthwise and other many-group convs)
+    blk = min(groups, max(1, 64 // max(a, b)))
+    # im2col over chunks of the batch, so that the columns stay cache-sized (and below the size at
+    # which every allocation is fresh mmap-ed memory); the int32 partial sums are added exactly
+    chunk = routes.batch_chunk(n, math.prod(out) * ntap * cin, im2col.IM2COL_CHUNK_BYTES)
+    # matmul orientation (measured): (prod(k)*Cin, Cout) = cols^T g runs faster, but its transpose to
+    # (Cout, Cin, *k) costs more than the matmul saves once the weight outgrows N * positions
+    wide = cout * cin * ntap > n * math.prod(out)
+    dw = None
+    for n0 in range(0, n, chunk):
+        xc = as_cl(xq[n0 : n0 + chunk])
+        cols = im2col.im2col(
+            im2col.pad_zero(xc, p), k, s, d, out, True
+        )  # (n*P, prod(k)*Cin), columns (k..., c)
+        gt = as_cl(gq[n0 : n0 + chunk]).movedim(1, -1).reshape(-1, cout)  # (n*P, Cout), a view
+        if groups == 1 and wide:
+            part = im2col.mm(gt.t(), cols)  # (Cout, prod(k)*Cin)
+        elif groups == 1:
+            part = im2col.mm(cols.t(), gt)  # (prod(k)*Cin, Cout)
+        else:
+            part = torch.empty((ntap, groups, a, b), dtype=torch.int32)
+            for j in range(ntap):
+                for g0 in range(0, groups, blk):
+                    g1 = min(groups, g0 + blk)
+                    r = im2col.mm(cols[:, j * cin + g0 * a : j * cin + g1 * a].t(), gt[:, g0 * b : g1 * b])
+                    # (B*a, B*b) -> (B, a, B, b) -> diagonal blocks (a, b, B)
+                    part[j, g0:g1] = r.view(g1 - g0, a, g1 - g0, b).diagonal(dim1=0, dim2=2).permute(2, 0, 1)
+        dw = part if dw is None else dw.add_(part)
+    if groups == 1 and wide:  # (Cout, prod(k), Cin) -> (Cout, Cin, *k)
+        return dw.view(cout, ntap, cin).transpose(1, 2).reshape(cout, cin, *k).contiguous()
+    # (prod(k), groups, a, b) -> (groups, b, a, prod(k)) -> (Cout, a, *k)
+    dw = dw.view(ntap, groups, a, b).permute(1, 3, 2, 0)
+    return dw.reshape(cout, a, *k).contiguous()
+
+
+def linear_forward(xq, wq) -> torch.Tensor:
+    """x (M, K) @ w (N, K)^T -> (M, N) int32."""
+    _check(xq, wq)
+    return im2col.mm(xq, wq.t())
+
+
+def linear_input_grad(gq, wq) -> torch.Tensor:
+    """g (M, N) @ w (N, K) -> (M, K) int32."""
+    _check(gq, wq)
+    return im2col.mm(gq, wq)
+
+
+def linear_weight_grad(xq, gq) -> torch.Tensor:
+    """g^T (N, M) @ x (M, K) -> (N, K) int32."""
+    _check(xq, gq)
+    return im2col.mm(gq.t(), xq)

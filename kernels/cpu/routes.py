@@ -1,0 +1,159 @@
+"""Which exact route the CPU backend's products take on this CPU, probed once per process.
+
+``torch_int8_fast``: torch's int8 kernels (oneDNN, ``_int_mm``) where the CPU has VNNI, the native GEMM
+elsewhere. ``int_mm_exact`` / ``onednn_exact``: each fast path probed on saturation-prone operands (without
+VNNI oneDNN may use the saturating vpmaddubsw). ``onednn_bounded``: which guard keeps oneDNN's fp32 output
+exact, the output scan (VNNI) or the weight bound per input-channel block (AMX). ``conv_route`` names the
+result. The products call these through this module at every call, so that tests (and comparisons) can
+stand in for a probe, ``SMALL_OUT`` or ``CHUNK_IMAGES`` with monkeypatch on this public module.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import torch
+
+from . import onednn
+from .runtime import available as native_available
+
+CHUNK_IMAGES = None  # tests: force this many images per batch chunk
+# convolutions with at most this many output positions per image go to im2col + _int_mm
+SMALL_OUT = 64
+
+
+@functools.cache
+def int_mm_exact() -> bool:
+    """True if torch._int_mm is exact here (it is with VNNI; probe saturation-prone operands once)."""
+    try:
+        gen = torch.Generator().manual_seed(0)
+        a = torch.randint(-127, 128, (64, 96), generator=gen, dtype=torch.int8)
+        b = torch.randint(-127, 128, (96, 48), generator=gen, dtype=torch.int8)
+        a[:16] = 127
+        a[16:32] = -127
+        b[:, :8] = 127
+        b[:, 8:16] = -127
+        ok = torch.equal(torch._int_mm(a, b).to(torch.int64), a.to(torch.int64) @ b.to(torch.int64))
+        ok &= torch.equal(torch._int_mm(a, b.t().contiguous().t()).to(torch.int64), a.long() @ b.long())
+        return bool(ok)
+    except Exception:
+        return False
+
+
+@functools.cache
+def torch_int8_fast() -> bool:
+    """Whether torch's own int8 CPU kernels (oneDNN, _int_mm) are the fast route here: with VNNI. Elsewhere
+    they run scalar loops (2-6 GOPS against 180 GFLOPS of fp32 on a Zen 3, measured) and the native
+    GEMM (kernels/cpu/csrc/gemm.cpp) takes over. REPRO_CPU_GEMM=torch|native forces a route."""
+    forced = os.environ.get("REPRO_CPU_GEMM")
+    if forced in ("torch", "native"):
+        return forced == "torch" or not native_available()
+    return bool(torch.cpu._is_vnni_supported()) or not native_available()
+
+
+def batch_chunk(n: int, bytes_per_image: int, budget: int) -> int:
+    """Images per chunk so that a chunk's temporary has about ``budget`` bytes (at least one image)."""
+    if CHUNK_IMAGES is not None:
+        return max(1, min(n, CHUNK_IMAGES))
+    return max(1, min(n, budget // max(1, bytes_per_image)))
+
+
+@functools.cache
+def onednn_exact() -> bool:
+    """True if the oneDNN int8 convolution is exact here (probe saturation-prone operands once) and is
+    the fast route (torch_int8_fast)."""
+    if not torch_int8_fast():
+        return False
+    try:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randint(-127, 128, (2, 64, 7, 7), generator=gen, dtype=torch.int8)
+        w = torch.randint(-127, 128, (32, 64, 3, 3), generator=gen, dtype=torch.int8)
+        x[0] = 127
+        w[:8] = 127
+        w[8:16] = -127
+        w[16:24, 1::2] = -127
+        ok = True
+        for groups, wt in ((1, w), (64, w[:, :1].repeat(2, 1, 1, 1))):
+            want = torch.nn.functional.conv2d(x.double(), wt.double(), padding=1, groups=groups)
+            got = onednn.qconv(onednn.to_u8(x), wt, (1, 1), (1, 1), (1, 1), groups)
+            ok &= torch.equal(got.double(), want)
+        return bool(ok)
+    except Exception:
+        return False
+
+
+_AMX_ISAS = ("AMX", "DEFAULT", "ALL")  # ONEDNN_MAX_CPU_ISA values that leave oneDNN's AMX kernels on
+
+
+def amx_in_use() -> bool:
+    """Whether oneDNN may run its AMX kernels here: the CPU has AMX tiles and ONEDNN_MAX_CPU_ISA (or its
+    older name DNNL_MAX_CPU_ISA) does not cap oneDNN below AMX."""
+    if not torch.cpu._is_amx_tile_supported():
+        return False
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
+    return not cap or any(name in cap for name in _AMX_ISAS)
+
+
+@functools.cache
+def compensation_rounds() -> bool:
+    """Probe: does oneDNN round an uncompensated sum to fp32 before subtracting the zero-point
+    compensation? Outputs near 0 whose uncompensated sums 127 * sum(x + 128) are odd and above 2^24
+    (not representable in fp32) come out wrong if it does; the output scan cannot see that."""
+    try:
+        gen = torch.Generator().manual_seed(1)
+        x = torch.randint(-2, 3, (2, 160, 5, 5), generator=gen, dtype=torch.int8)  # K = 1440 taps
+        w = torch.full((16, 160, 3, 3), 127, dtype=torch.int8)
+        w[8:] = -127
+        want = torch.nn.functional.conv2d(x.double(), w.double())
+        got = onednn.qconv(onednn.to_u8(x), w, (1, 1), (0, 0), (1, 1), 1)
+        return not torch.equal(got.double(), want)
+    except Exception:
+        return True
+
+
+@functools.cache
+def onednn_bounded() -> bool:
+    """True where oneDNN's exactness must be proven from the weights alone (AMX, or a failed probe):
+    the bounded route. Elsewhere (VNNI) the output scan guards it: the scan route.
+    REPRO_ONEDNN_GUARD=bounded forces the bounded route (exact on every CPU: the suite's second run)."""
+    if os.environ.get("REPRO_ONEDNN_GUARD") == "bounded":
+        return True
+    return amx_in_use() or compensation_rounds()
+
+
+def conv_route() -> str:
+    """The route convolutions take on this CPU: 'native' (no VNNI: kernels/cpu/csrc, integer arithmetic),
+    'onednn-scan' (VNNI: oneDNN, an output scan sends chunks at or above 2^24 to im2col + _int_mm),
+    'onednn-bounded' (AMX: oneDNN on input-channel blocks whose weights bound every sum below 2^24),
+    'im2col' (oneDNN not exact here: im2col + _int_mm throughout)."""
+    if not torch_int8_fast():
+        return "native"
+    if not onednn_exact():
+        return "im2col"
+    return "onednn-bounded" if onednn_bounded() else "onednn-scan"
+
+
+def clear_route_caches() -> None:
+    """Forget every route decision (probes, the forced route, oneDNN's refusals): they are made again
+    under the environment at the next call. For tests that change REPRO_CPU_GEMM, REPRO_ONEDNN_GUARD
+    or ONEDNN_MAX_CPU_ISA."""
+    for probe in (torch_int8_fast, int_mm_exact, onednn_exact, compensation_rounds, onednn_bounded):
+        probe.cache_clear()
+    onednn.REFUSED.clear()
+
+
+def native_depthwise(nd: int, groups: int, cin: int, cout: int) -> bool:
+    """Depthwise 2-D convolutions go to the native kernels where the native GEMM is the route (as
+    block-diagonal matmuls they multiplied 63 zeros for every useful product)."""
+    return nd == 2 and groups == cin == cout and groups > 1 and not torch_int8_fast()
+
+
+def im2col_route(k, p, out, groups: int) -> bool:
+    """Where im2col + _int_mm beats oneDNN (measured): 1x1 kernels without padding (the im2col is at
+    most a strided copy; no uint8 conversion, prepack or fp32 round trip) and small outputs (<= 8x8
+    positions per image, where oneDNN's int8 kernels are slow), both without groups."""
+    if groups != 1:
+        return False
+    return (all(a == 1 for a in k) and not any(p)) or math.prod(out) <= SMALL_OUT
