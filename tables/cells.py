@@ -25,6 +25,7 @@ from atomic_files import write_file
 from repro.methods import METHODS
 from repro.methods.options import typed_options
 from tables.spec import Row
+from tasks.run_spec import RunSpec
 
 SCHEMA = 1
 
@@ -96,6 +97,14 @@ class Cell:
     @property
     def options(self) -> dict[str, Any]:
         return json.loads(self.options_json)
+
+    @property
+    def spec(self) -> RunSpec:
+        """The run this cell trains."""
+        return RunSpec(
+            self.task, self.model, self.method, self.profile, self.paper_dataset, self.seed, self.options,
+            self.data_root,
+        )  # fmt: skip
 
     def config(self) -> dict[str, Any]:
         """The full configuration, as stored in the cache file and hashed into its name."""

@@ -260,17 +260,7 @@ class _Session:
         log = _cell_log(self.log_root, cell)
         try:
             with log as stream, contextlib.redirect_stdout(stream or sys.stdout), _warnings_to(stream):
-                raw = self.runner(
-                    model=cell.model,
-                    method=cell.method,
-                    profile=cell.profile,
-                    seed=cell.seed,
-                    method_options=cell.options,
-                    paper_dataset=cell.paper_dataset,
-                    data_root=cell.data_root,
-                    work_dir=str(work_dir),
-                    **self.runner_options,
-                )
+                raw = self.runner(**cell.spec.run_arguments(), work_dir=str(work_dir), **self.runner_options)
             result = result_dict(raw)
             if not result.get("diverged") and result.get(metric) is None:
                 raise ValueError(f"the run finished without a {metric!r} and did not diverge")

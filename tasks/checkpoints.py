@@ -32,11 +32,11 @@ from mmengine.config import Config
 from mmengine.dist import all_gather_object, get_rank, get_world_size, is_main_process
 from mmengine.hooks import CheckpointHook
 from mmengine.model import is_model_wrapper
-from mmengine.registry import HOOKS
 from mmengine.runner import Runner
 
 from atomic_files import write_file
 from repro.layers import load_method_state_dict, method_state_dict
+from tasks.registry import HOOKS, scoped
 from tasks.rng_states import rng_state
 
 RNG_KEY = "repro_rng"
@@ -129,7 +129,7 @@ class ResumableRunner(Runner):
         return self.model.module if is_model_wrapper(self.model) else self.model
 
 
-@HOOKS.register_module(name="ReproCheckpointHook", force=True)
+@HOOKS.register_module()
 class ResumableCheckpointHook(CheckpointHook):
     """CheckpointHook that also saves inside an epoch, every `iter_interval` iterations (an epoch-based
     run only), as iter_<N>.pth, each removed when the next checkpoint is written; and saves nothing
@@ -213,5 +213,5 @@ def configure_checkpoints(cfg: Config, profile: str) -> None:
         interval = old.get("interval") if old.get("by_epoch") is False else None
         interval = min(x for x in (interval, every, cfg.train_cfg.get("max_iters")) if x)
         hook = dict(old, by_epoch=False, interval=interval)
-    hooks["checkpoint"] = dict(hook, type="ReproCheckpointHook")
+    hooks["checkpoint"] = dict(hook, type=scoped("ResumableCheckpointHook"))
     cfg.default_hooks = hooks

@@ -12,11 +12,11 @@ list of dicts, but default_hooks is a dict and takes new entries):
     --cfg-options custom_imports.imports="[tasks.detection]" custom_imports.allow_failed_imports=False \
                   default_hooks.int8.type=Int8TrainingHook default_hooks.int8.method=daiq
 
-Importing this module registers the project's hooks in MMDetection's registry (``mmdet.registry.HOOKS``,
-the scope ``default_scope='mmdet'`` builds from), next to mmengine's where repro.hooks puts them. The hook
-swaps the detector's convolutions and linear layers (backbone, neck, heads; quantize_model's rule leaves
-the first and the last float) in ``before_run``, after MMEngine has built the optimizer and any wrapper,
-keeping parameters and state_dict keys, so ``resume=True`` and ``load_from=`` work.
+Importing this module registers Int8TrainingHook in MMEngine's HOOKS (repro.hooks), which MMDetection's
+scope reaches through its parent; the project's own classes are named ``tasks.<Name>`` (tasks.registry).
+The hook swaps the detector's convolutions and linear layers (backbone, neck, heads; quantize_model's
+rule leaves the first and the last float) in ``before_run``, after MMEngine has built the optimizer and
+any wrapper, keeping parameters and state_dict keys, so ``resume=True`` and ``load_from=`` work.
 
 ``run(model, method, profile=..., paper_dataset=...)`` is one table cell (tables.generate calls it),
 trained through the shared harness (tasks.runner):
@@ -47,15 +47,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from mmdet.registry import HOOKS as MMDET_HOOKS
 from mmengine.config import Config
 
-from repro.hooks import Int8TrainingHook
+import repro.hooks  # noqa: F401  (registers Int8TrainingHook in MMEngine's HOOKS: every scope finds it there)
 from tasks import PROFILES
 from tasks import detection_data as DD
 from tasks.bad_data import BadDataError
 from tasks.datasets import DatasetNotFoundError
+from tasks.registry import scoped
 from tasks.rfcn import RFCNRoIHead  # noqa: F401  (importing registers R-FCN's parts in MMDetection)
+from tasks.run_spec import RunSpec
 from tasks.runner import RunRecorder, RunResult, check_choice, checked_options, run_config
 
 TASK = "detection"
@@ -73,9 +74,6 @@ MODELS = {
 EMBEDDED_CONFIG = "shapes-det"
 # smoke: a few images and iterations, enough to run every stage (data, INT8 layers, loss, metric)
 SMOKE = dict(train_images=8, val_images=6, batch_size=2, iters=2, image_scale=(64, 64))
-
-MMDET_HOOKS.register_module(name="Int8TrainingHook", module=Int8TrainingHook, force=True)
-MMDET_HOOKS.register_module(name="ReproRunRecorder", module=RunRecorder, force=True)
 
 
 def map_scores(metrics: dict[str, float]) -> dict[str, float | None]:
@@ -185,7 +183,7 @@ def build_config(
     set_method(cfg, method, method_options)
     cfg.custom_hooks = [
         *cfg.custom_hooks,
-        dict(type="ReproRunRecorder", warmup=1 if profile == "smoke" else 3),
+        dict(type=scoped("RunRecorder"), warmup=1 if profile == "smoke" else 3),
     ]
     cfg.work_dir = work_dir
     cfg.experiment_name = f"{TASK}-{Path(config).stem}-{method}-{profile}-s{seed}-{uuid.uuid4().hex[:8]}"
@@ -256,14 +254,13 @@ def run(
         check_annotation_files(cfg)
         return cfg
 
+    spec = RunSpec(TASK, model, method, profile, paper_dataset, seed, method_options, data_root)
     try:
         result = run_config(
-            build,
-            task=TASK, model=model, method=method, method_options=method_options, profile=profile,
-            paper_dataset=paper_dataset, seed=seed, work_dir=work_dir, cfg_options=cfg_options,
+            build, spec, work_dir=work_dir, cfg_options=cfg_options,
             dataset=lambda cfg: DD.NAME if cfg.get("embedded_data") == DD.NAME else paper_dataset,
             scores=lambda recorder, diverged: _run_scores(recorder, diverged, paper_dataset, path),
-            data_root=data_root, config_file=config, skip_bad_samples=skip_bad_samples,
+            config_file=config, skip_bad_samples=skip_bad_samples,
         )  # fmt: skip
     except json.JSONDecodeError as err:  # MMDetection's datasets read their annotations while the run starts
         raise _malformed_annotations(

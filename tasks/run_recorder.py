@@ -11,10 +11,10 @@ import torch
 import torch.distributed as dist
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
-from mmengine.registry import HOOKS
 
 import repro
 from tasks.bad_data import SKIP_LOG, read_skip_log
+from tasks.registry import HOOKS
 
 RECORDER_KEY = "repro_recorder"  # checkpoint entry: what RunRecorder has recorded so far
 
@@ -28,7 +28,7 @@ def check_loss(loss: torch.Tensor) -> None:
         raise repro.NonFiniteError(f"non-finite training loss ({loss.item()})")
 
 
-@HOOKS.register_module(name="ReproRunRecorder", force=True)
+@HOOKS.register_module()
 class RunRecorder(Hook):
     """Times train_step per iteration, keeps the losses and the last validation's metrics, and checks
     every loss before its backward pass (check_loss around the model's parse_losses, which sums the

@@ -1,6 +1,7 @@
 """The training harness every task shares: build a Runner config, train it, record the run.
 
-    result = run_config(build, task="classification", model="resnet18", method="daiq", ...)
+    spec = RunSpec("classification", "resnet18", "daiq", "embedded", "imagenet", seed=0)
+    result = run_config(build, spec, work_dir=None, cfg_options=None, dataset=..., scores=...)
 
 A task module keeps only its model, data, metric and recipe and hands `run_config` a function that
 builds its Runner config in a work folder. The harness makes that folder (a temporary one, removed
@@ -71,6 +72,7 @@ from tasks.distributed import (
 from tasks.out_of_memory import RunFailed, is_out_of_memory, out_of_memory_line
 from tasks.resume import checkpoint_to_resume, run_identity
 from tasks.run_recorder import RunRecorder, check_loss  # noqa: F401 - check_loss: part of this API
+from tasks.run_spec import RunSpec
 from tasks.train_loops import resumable_loop
 
 
@@ -123,6 +125,14 @@ class RunResult:
         if name in scores:
             return scores[name]
         raise AttributeError(f"{type(self).__name__} of task {self.__dict__.get('task')!r} has no {name!r}")
+
+    @property
+    def spec(self) -> RunSpec:
+        """The run this is the result of (its data root is not kept in the result)."""
+        return RunSpec(
+            self.task, self.model, self.method, self.profile, self.paper_dataset, self.seed,
+            dict(self.method_options),
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -247,31 +257,25 @@ def warn_new_keys(cfg: Config, cfg_options: dict) -> list[str]:
 
 def run_config(
     build: Callable[[str], Config | dict],
+    spec: RunSpec,
     *,
-    task: str,
-    model: str,
-    method: str,
-    method_options: dict,
-    profile: str,
-    paper_dataset: str,
-    seed: int,
     work_dir: str | None,
     cfg_options: dict | None,
     dataset: Callable[[Config], str],
     scores: Callable[[RunRecorder, bool], dict[str, Any]],
-    data_root: str | None = None,
     config_file: str | os.PathLike | None = None,
     skip_bad_samples: bool = False,
 ) -> RunResult:
-    """Train the config build(work_dir) makes (with a RunRecorder hook), cfg_options merged into it.
+    """Train the run `spec` (its method options already checked): the config build(work_dir) makes (with
+    a RunRecorder hook), cfg_options merged into it.
 
     `dataset(cfg)` names the data the run trained on; `scores(recorder, diverged)` gives the task's
     scores from the last validation. A temporary work_dir (work_dir None) is removed afterwards; a named
-    one keeps checkpoints, and the run resumes from the newest of its own there. `data_root` and
-    `config_file` (a user's config) join the run's identity; `skip_bad_samples` turns the skip policy on.
+    one keeps checkpoints, and the run resumes from the newest of its own there. `config_file` (a user's
+    config) joins the run's identity; `skip_bad_samples` turns the skip policy on.
     """
     temp = work_dir is None
-    work = tempfile.mkdtemp(prefix=f"repro-{task}-") if temp else work_dir
+    work = tempfile.mkdtemp(prefix=f"repro-{spec.task}-") if temp else work_dir
     runner = name = None
     try:
         built = build(str(work))
@@ -279,25 +283,14 @@ def run_config(
         if temp:  # nothing could resume from a folder removed afterwards
             cfg.default_hooks = dict(cfg.get("default_hooks") or {}, checkpoint=None)
         else:
-            configure_checkpoints(cfg, profile)
+            configure_checkpoints(cfg, spec.profile)
         if cfg_options:
             warn_new_keys(cfg, cfg_options)
             cfg.merge_from_dict(copy.deepcopy(cfg_options))
         cfg.train_cfg = resumable_loop(cfg.train_cfg)
         if skip_bad_samples:
             enable_skipping(cfg)
-        cfg[RUN_KEY] = _identity(
-            task,
-            model,
-            method,
-            method_options,
-            profile,
-            paper_dataset,
-            seed,
-            data_root,
-            cfg_options,
-            config_file,
-        )
+        cfg[RUN_KEY] = _identity(spec, cfg_options, config_file)
         if not temp:
             resume = checkpoint_to_resume(
                 work, cfg[RUN_KEY], main_process=int(os.environ.get("RANK", 0)) == 0
@@ -308,20 +301,20 @@ def run_config(
         runner, recorder, diverged = train(cfg)
         epochs = cfg.train_cfg.get("max_epochs")
         return RunResult(
-            task=task,
-            model=model,
-            method=method,
-            profile=profile,
-            paper_dataset=paper_dataset,
+            task=spec.task,
+            model=spec.model,
+            method=spec.method,
+            profile=spec.profile,
+            paper_dataset=spec.paper_dataset,
             dataset=dataset(cfg),
-            seed=seed,
+            seed=spec.seed,
             epochs=None if epochs is None else int(epochs),
             iters=int(runner.iter),
             final_loss=None if diverged else recorder.final_loss,
             diverged=diverged,
             ms_per_iter=recorder.ms_per_iter(),
-            method_options=method_options,
-            simulated=METHODS[method].simulated,
+            method_options=spec.method_options,
+            simulated=METHODS[spec.method].simulated,
             scores=scores(recorder, diverged),
             resumed_from=runner.resumed_from,
             skipped_samples=recorder.skipped_samples(),
@@ -334,17 +327,13 @@ def run_config(
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _identity(
-    task, model, method, method_options, profile, paper_dataset, seed, data_root, cfg_options, config
-):
+def _identity(spec: RunSpec, cfg_options: dict | None, config: str | os.PathLike | None) -> dict[str, Any]:
     """The run's identity (tasks.resume): what its result depends on."""
     from tasks import get_task
 
     return run_identity(
-        task=task, model=model, method=method, method_options=method_options, profile=profile,
-        paper_dataset=paper_dataset, seed=seed, cfg_options=cfg_options or {},
-        data_root=None if data_root is None else str(Path(data_root).expanduser().resolve()),
-        recipe_version=getattr(get_task(task), "RECIPE_VERSION", None), numerics=kernels.NUMERICS,
+        **{**spec.fields(), "data_root": spec.resolved_data_root}, cfg_options=cfg_options or {},
+        recipe_version=getattr(get_task(spec.task), "RECIPE_VERSION", None), numerics=kernels.NUMERICS,
         config_sha256=None if config is None else hashlib.sha256(Path(config).read_bytes()).hexdigest(),
         ranks=int(os.environ.get("WORLD_SIZE", 1)),
     )  # fmt: skip

@@ -10,6 +10,8 @@ last epoch.
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -19,9 +21,13 @@ from mmengine.evaluator import BaseMetric
 from mmengine.model import BaseModel
 from mmengine.optim import MultiStepLR
 from mmengine.optim.scheduler.param_scheduler import INF
-from mmengine.registry import METRICS, PARAM_SCHEDULERS
 
+import repro
+from repro.methods import METHODS
 from tasks import PROFILES
+from tasks.datasets import DatasetNotFoundError
+from tasks.registry import METRICS, PARAM_SCHEDULERS, scoped
+from tasks.run_spec import RunSpec
 from tasks.runner import RunRecorder, RunResult, check_choice, checked_options, run_config
 
 
@@ -41,7 +47,7 @@ class CrossEntropyClassifier(BaseModel):
         return logits
 
 
-@METRICS.register_module(name="ReproTop1Accuracy", force=True)
+@METRICS.register_module()
 class Top1Accuracy(BaseMetric):
     """Top-1 accuracy in % over the whole validation split (gathered across ranks): key "cls/top1".
 
@@ -80,7 +86,7 @@ def unpack_flags(text: str | None) -> list[int] | None:
     return [int(b) for b in format(int(digits, 16), f"0{int(n)}b")[-int(n) :]] if int(n) else []
 
 
-@PARAM_SCHEDULERS.register_module(name="ReproMultiStepLR", force=True)
+@PARAM_SCHEDULERS.register_module()
 class EpochMultiStepLR(MultiStepLR):
     """MultiStepLR whose milestones, in (fractional) epochs, become whole iterations when converted."""
 
@@ -106,7 +112,7 @@ def param_scheduler(r: dict[str, Any]) -> list[dict]:
     if all(isinstance(m, float) and m < 1 for m in milestones):  # fractions of the run, in epochs
         milestones = [m * r["epochs"] for m in milestones]
     # by epoch, converted to iterations so that fractional milestones of short runs fall mid-epoch
-    scheduler = dict(type="ReproMultiStepLR", by_epoch=True, milestones=milestones, gamma=0.1)
+    scheduler = dict(type=scoped("EpochMultiStepLR"), by_epoch=True, milestones=milestones, gamma=0.1)
     return [dict(scheduler, convert_to_iter_based=True)]
 
 
@@ -139,7 +145,7 @@ def training_config(r: dict, method: str, method_options: dict | None, profile: 
     """The Runner config entries every top-1 task shares: schedule, optimizer, hooks (the INT8 switch and
     the run recorder), seed, DDP wrapper and environment. The task adds its model, data and work_dir."""
     return dict(
-        val_evaluator=dict(type="ReproTop1Accuracy"),
+        val_evaluator=dict(type=scoped("Top1Accuracy")),
         val_cfg=dict(),
         train_cfg=dict(by_epoch=True, max_epochs=r["epochs"], val_interval=r["val_interval"]),
         optim_wrapper=dict(
@@ -158,7 +164,7 @@ def training_config(r: dict, method: str, method_options: dict | None, profile: 
             # channels_last_out: only torch's own ops follow these networks' convolutions, and they take
             # any layout (repro.layers.Int8Conv)
             dict(type="Int8TrainingHook", method=method, channels_last_out=True, **(method_options or {})),
-            dict(type="ReproRunRecorder", warmup=r["warmup"]),
+            dict(type=scoped("RunRecorder"), warmup=r["warmup"]),
         ],
         randomness=dict(seed=seed),
         launcher="none",
@@ -179,6 +185,38 @@ def training_config(r: dict, method: str, method_options: dict | None, profile: 
     )
 
 
+def top1_recipe(
+    spec: RunSpec, recipe: Callable[[str, str, str], dict], stand_in: Callable[[dict], str]
+) -> tuple[dict[str, Any], str]:
+    """The run's recipe with its method's overrides, and the dataset it reads: the paper's from the data
+    root at 'paper' (none given: a DatasetNotFoundError), stand_in(recipe) elsewhere."""
+    check_choice("method", spec.method, repro.list_methods())
+    r = recipe(spec.model, spec.profile, spec.paper_dataset)
+    r.update(METHODS[spec.method].recipe_overrides(spec.profile))
+    if spec.profile != "paper":
+        return r, stand_in(r)
+    if spec.data_root is None:
+        raise DatasetNotFoundError(
+            f"profile 'paper' reads {spec.paper_dataset} from a data root: pass data_root / --data-root"
+        )
+    return r, spec.paper_dataset
+
+
+def runner_config(
+    spec: RunSpec, r: dict, model: dict, data: dict, work_dir: str | None, val_batch_size: int
+) -> dict[str, Any]:
+    """The Runner config (a plain dict) of a top-1 run: its model, data and the recipe's training."""
+    return dict(
+        model=model,
+        work_dir=work_dir,
+        experiment_name=(
+            f"{spec.task}-{spec.model}-{spec.method}-{spec.profile}-s{spec.seed}-{uuid.uuid4().hex[:8]}"
+        ),
+        **dataloaders(r, data, val_batch_size=val_batch_size),
+        **training_config(r, spec.method, spec.method_options, spec.profile, spec.seed),
+    )
+
+
 def top1_scores(recorder: RunRecorder, diverged: bool) -> dict[str, Any]:
     if diverged:
         return {"top1": None}
@@ -187,32 +225,24 @@ def top1_scores(recorder: RunRecorder, diverged: bool) -> dict[str, Any]:
 
 
 def run_top1(
-    task: str,
+    spec: RunSpec,
     build_config: Callable[..., dict],
     *,
     models: list[str],
     paper_datasets: tuple[str, ...],
-    model: str,
-    method: str,
-    profile: str,
-    seed: int,
-    method_options: dict | None,
-    paper_dataset: str,
-    data_root: str | None,
     work_dir: str | None,
     cfg_options: dict | None,
     skip_bad_samples: bool = False,
 ) -> RunResult:
     """`run` of a top-1 task: check the names and options (one-line ValueErrors listing the choices),
     then train build_config(...)'s Runner config through the shared harness."""
-    check_choice("profile", profile, PROFILES)
-    check_choice("model", model, models)
-    options = checked_options(method, method_options)
-    check_choice("paper_dataset", paper_dataset, paper_datasets)
+    check_choice("profile", spec.profile, PROFILES)
+    check_choice("model", spec.model, models)
+    spec = dataclasses.replace(spec, method_options=checked_options(spec.method, spec.method_options))
+    check_choice("paper_dataset", spec.paper_dataset, paper_datasets)
     return run_config(
-        lambda work: build_config(model, method, profile, seed, options, paper_dataset, data_root, work),
-        task=task, model=model, method=method, method_options=options, profile=profile,
-        paper_dataset=paper_dataset, seed=seed, work_dir=work_dir, cfg_options=cfg_options,
-        dataset=lambda cfg: cfg.train_dataloader.dataset.dataset, scores=top1_scores, data_root=data_root,
+        lambda work: build_config(**spec.run_arguments(), work_dir=work),
+        spec, work_dir=work_dir, cfg_options=cfg_options,
+        dataset=lambda cfg: cfg.train_dataloader.dataset.dataset, scores=top1_scores,
         skip_bad_samples=skip_bad_samples,
     )  # fmt: skip

@@ -27,14 +27,14 @@ import logging
 from typing import Any
 
 from mmengine.logging import print_log
-from mmengine.registry import LOOPS
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 
 from tasks.bad_data import check_one_batch
+from tasks.registry import LOOPS, scoped
 from tasks.rng_states import rng_preserved, set_rng_state
 
-EPOCH_LOOP = "ReproEpochBasedTrainLoop"
-ITER_LOOP = "ReproIterBasedTrainLoop"
+EPOCH_LOOP = scoped("ResumableEpochBasedTrainLoop")
+ITER_LOOP = scoped("ResumableIterBasedTrainLoop")
 
 
 class SkippableBatches:
@@ -84,7 +84,7 @@ class _Resumable:
             self.runner.val_loop.run()
 
 
-@LOOPS.register_module(name=EPOCH_LOOP, force=True)
+@LOOPS.register_module()
 class ResumableEpochBasedTrainLoop(_Resumable, EpochBasedTrainLoop):
     def __init__(self, runner, dataloader, max_epochs: int, **kwargs):
         super().__init__(runner, dataloader, max_epochs, **kwargs)
@@ -130,7 +130,7 @@ class ResumableEpochBasedTrainLoop(_Resumable, EpochBasedTrainLoop):
         self._epoch += 1
 
 
-@LOOPS.register_module(name=ITER_LOOP, force=True)
+@LOOPS.register_module()
 class ResumableIterBasedTrainLoop(_Resumable, IterBasedTrainLoop):
     def __init__(self, runner, dataloader, max_iters: int, **kwargs):
         super().__init__(runner, dataloader, max_iters, **kwargs)

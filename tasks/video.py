@@ -20,22 +20,18 @@ level).
 from __future__ import annotations
 
 import sys
-import uuid
 from typing import Any
 
-from mmengine.registry import DATASETS, MODELS
-
-import repro
-from repro.methods import METHODS
 from tasks import PROFILES
-from tasks import datasets as D
 from tasks.motion_sets import MOTION10, MOTION20
 from tasks.recipes import recipe_entries
+from tasks.registry import scoped
+from tasks.run_spec import RunSpec
 from tasks.runner import RunResult, check_choice
-from tasks.top1 import CrossEntropyClassifier, dataloaders, run_top1, training_config
+from tasks.top1 import run_top1, runner_config, top1_recipe
 from tasks.video_lists import KINETICS400, UCF101
 from tasks.video_loader import FrameClipDataset
-from tasks.video_models import VIDEO_MODELS, build_video_model
+from tasks.video_models import VIDEO_MODELS
 
 TASK = "video"
 # Bump when a recipe, model or stand-in dataset changes what a run measures (the tables' cache key).
@@ -54,19 +50,6 @@ def recipe(model: str, profile: str, paper_dataset: str) -> dict[str, Any]:
     return r
 
 
-@MODELS.register_module(name="ReproVideoClassifier", force=True)
-class VideoClassifier(CrossEntropyClassifier):
-    """A video network of tasks.video_models (`arch`) with cross-entropy loss."""
-
-    def __init__(self, arch: str, num_classes: int, data_preprocessor=None):
-        super().__init__(data_preprocessor=data_preprocessor)
-        self.arch = arch
-        self.net = build_video_model(arch, num_classes)
-
-
-DATASETS.register_module(name="ReproFrameClipDataset", module=FrameClipDataset, force=True)
-
-
 def build_config(
     model: str,
     method: str,
@@ -78,16 +61,10 @@ def build_config(
     work_dir: str | None = None,
 ) -> dict[str, Any]:
     """The Runner config (a plain dict) of one run; `run` merges cfg_options into it and trains."""
-    check_choice("method", method, repro.list_methods())
-    r = recipe(model, profile, paper_dataset)
-    r.update(METHODS[method].recipe_overrides(profile))
-    dataset = paper_dataset if profile == "paper" else EMBEDDED_STAND_INS[paper_dataset]
-    if profile == "paper" and data_root is None:
-        raise D.DatasetNotFoundError(
-            f"profile 'paper' reads {paper_dataset} from a data root: pass data_root / --data-root"
-        )
+    spec = RunSpec(TASK, model, method, profile, paper_dataset, seed, method_options or {}, data_root)
+    r, dataset = top1_recipe(spec, recipe, stand_in=lambda r: EMBEDDED_STAND_INS[paper_dataset])
     data = dict(
-        type="ReproFrameClipDataset",
+        type=scoped("FrameClipDataset"),
         dataset=dataset,
         root=data_root,
         clip_len=r["clip_len"],
@@ -96,13 +73,8 @@ def build_config(
         resize=r["resize"],
     )
     train_set = FrameClipDataset(dataset, "train", data_root)  # the class list (and a layout check)
-    return dict(
-        model=dict(type="ReproVideoClassifier", arch=model, num_classes=len(train_set.classes)),
-        work_dir=work_dir,
-        experiment_name=f"{TASK}-{model}-{method}-{profile}-s{seed}-{uuid.uuid4().hex[:8]}",
-        **dataloaders(r, data, val_batch_size=r["batch_size"]),
-        **training_config(r, method, method_options, profile, seed),
-    )
+    net = dict(type=scoped("VideoClassifier"), arch=model, num_classes=len(train_set.classes))
+    return runner_config(spec, r, net, data, work_dir, val_batch_size=r["batch_size"])
 
 
 def run(
@@ -124,11 +96,10 @@ def run(
     used, made once in the data cache (data_root, if given, is that cache). work_dir and skip_bad_samples
     as in tasks.classification.run.
     """
+    spec = RunSpec(TASK, model, method, profile, paper_dataset, seed, method_options or {}, data_root)
     return run_top1(
-        TASK, build_config, models=list(VIDEO_MODELS), paper_datasets=PAPER_DATASETS, model=model,
-        method=method, profile=profile, seed=seed, method_options=method_options,
-        paper_dataset=paper_dataset, data_root=data_root, work_dir=work_dir, cfg_options=cfg_options,
-        skip_bad_samples=skip_bad_samples,
+        spec, build_config, models=list(VIDEO_MODELS), paper_datasets=PAPER_DATASETS, work_dir=work_dir,
+        cfg_options=cfg_options, skip_bad_samples=skip_bad_samples,
     )  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from tasks.bad_data import SKIP_HINT, BadDataError, SkipPolicy, read_image
 from tasks.data_cache import read_manifest
 from tasks.datasets import DatasetNotFoundError
 from tasks.motion_sets import MOTION_SETS, ensure_motion
+from tasks.registry import DATASETS
 from tasks.subsets import balanced_prefix
 from tasks.video_lists import FRAME_TEMPLATE, KINETICS400, UCF101, kinetics400_videos, ucf101_videos
 
@@ -32,6 +33,7 @@ PER_CLIP_EPS = 1e-3  # a blank clip (std 0) normalises to zeros, not NaN
 KINETICS_MEAN, KINETICS_STD = (0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989)
 
 
+@DATASETS.register_module()
 class FrameClipDataset(Dataset):
     """Clips of `clip_len` frames (every `frame_interval`-th) from frame folders, as (3, T, H, W) floats.
 

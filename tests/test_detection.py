@@ -22,7 +22,7 @@ from repro.hooks import Int8TrainingHook
 from repro.layers import quantizable_layers
 from tasks import detection as D
 from tasks import detection_data as DD
-from tasks.runner import train
+from tasks.runner import RunRecorder, train
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,11 @@ def test_one_line_override_on_an_unmodified_shipped_config(tmp_path):
         assert cfg.model.backbone.depth == 50 and cfg.model.neck.type == "FPN"
         with _scope():
             assert HOOKS.build(cfg.custom_hooks[0]).method.name == "daiq"
-    assert MMDET_HOOKS.module_dict["Int8TrainingHook"] is Int8TrainingHook  # in mmdet's registry itself
+    # mmdet's registry reaches both through the registry tree (nothing registered twice): Int8TrainingHook
+    # in MMEngine's HOOKS, its parent; the project's own hooks in the child registry of the scope "tasks"
+    assert "Int8TrainingHook" not in MMDET_HOOKS.module_dict
+    assert MMDET_HOOKS.get("Int8TrainingHook") is Int8TrainingHook
+    assert MMDET_HOOKS.get("tasks.RunRecorder") is RunRecorder
 
 
 def _leaves(node, prefix=""):

@@ -186,8 +186,18 @@ def current(tmp_path_factory):
         mp.undo()
 
 
-# The one name that changed: detection's run recorder is now the recorder every task shares.
-RENAMED = {'"ReproDetRunRecorder"': '"ReproRunRecorder"'}
+# Names that changed: detection's run recorder is now the recorder every task shares, and the project's
+# classes are registered in the child registries of tasks.registry (scope "tasks") under their class names.
+RENAMED = {
+    '"ReproDetRunRecorder"': '"tasks.RunRecorder"',
+    '"ReproRunRecorder"': '"tasks.RunRecorder"',
+    '"ReproImageClassifier"': '"tasks.ImageClassifier"',
+    '"ReproClassificationDataset"': '"tasks.ClassificationDataset"',
+    '"ReproVideoClassifier"': '"tasks.VideoClassifier"',
+    '"ReproFrameClipDataset"': '"tasks.FrameClipDataset"',
+    '"ReproTop1Accuracy"': '"tasks.Top1Accuracy"',
+    '"ReproMultiStepLR"': '"tasks.EpochMultiStepLR"',
+}
 
 
 @pytest.fixture(scope="module")

@@ -158,7 +158,7 @@ def test_a_corrupted_download_is_fetched_again_or_refused(small_sets, monkeypatc
 def test_the_classification_task_reads_them_as_three_channel_images(small_sets, name):
     """tasks.classification's dataset: grey 28x28 as 3 x input_size^2, normalised by the set's own
     statistics, a class-balanced training subset, the whole test split."""
-    from tasks.classification import ClassificationDataset
+    from tasks.classification_dataset import ClassificationDataset
 
     cache, _, _ = small_sets
     train = ClassificationDataset(name, "train", root=str(cache), input_size=32, limit=10)

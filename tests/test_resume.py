@@ -171,7 +171,7 @@ def test_a_temporary_work_dir_keeps_no_checkpoints_and_the_loop_is_resumable(mon
     monkeypatch.setattr(harness, "train", spy)
     classification.run("resnet18", "fp32", profile="smoke")
     cfg = seen["cfg"]
-    assert cfg.default_hooks.checkpoint is None and cfg.train_cfg.type == "ReproEpochBasedTrainLoop"
+    assert cfg.default_hooks.checkpoint is None and cfg.train_cfg.type == "tasks.ResumableEpochBasedTrainLoop"
     assert cfg[RUN_KEY]["model"] == "resnet18" and not cfg.get("resume")
 
 

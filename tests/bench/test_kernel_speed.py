@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from kernels.bench import devices, reference
+from kernels import reference
+from kernels.bench import devices
 from repro.quant import QMAX, absmax, quantize
 
 DEVICE = devices.resolve(os.environ.get("REPRO_BENCH_DEVICE") or None)
