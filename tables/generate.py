@@ -113,6 +113,7 @@ def make_plan(
     data_root: str | os.PathLike | None,
     recipe_version: str | None,
     numerics: str | None = None,
+    model_versions: Mapping[str, str] | None = None,
 ) -> Plan:
     rows = []
     for row in spec.rows:
@@ -124,7 +125,7 @@ def make_plan(
                 profile=profile,
                 paper_dataset=row.paper_dataset,
                 data_root=data_root,
-                recipe_version=recipe_version,
+                recipe_version=(model_versions or {}).get(row.model, recipe_version),
                 numerics=numerics,
             )
             for seed in seeds:
@@ -146,6 +147,13 @@ def load_task_runner(task_name: str) -> tuple[Runner, str | None]:
         raise RuntimeError(f"task {task_name!r} is not available: {type(err).__name__}: {err}") from err
     recipe = getattr(module, "RECIPE_VERSION", None)
     return module.run, (None if recipe is None else str(recipe))
+
+
+def model_recipe_versions(task_name: str) -> dict[str, str]:
+    """The models whose recipe changed alone, with their own version (the task's MODEL_RECIPE_VERSIONS)."""
+    import tasks
+
+    return {m: str(v) for m, v in getattr(tasks.get_task(task_name), "MODEL_RECIPE_VERSIONS", {}).items()}
 
 
 def result_dict(result: Any) -> dict[str, Any]:
@@ -344,14 +352,16 @@ def generate(
 
     runnable = any(row_blocker(r) is None for r in spec.rows)
     numerics = None
+    model_versions: dict[str, str] = {}
     if runner is None and runnable:
         runner, recipe_version = load_task_runner(spec.task)
+        model_versions = model_recipe_versions(spec.task)
         numerics = kernels.NUMERICS
     if compiled:
         from kernels.traceable import NOISE_STREAM
 
         numerics = f"{numerics or kernels.NUMERICS}+compiled:{NOISE_STREAM}"
-    plan = make_plan(spec, profile, seed_list, data_root, recipe_version, numerics)
+    plan = make_plan(spec, profile, seed_list, data_root, recipe_version, numerics, model_versions)
     log_root = None if verbose else results_dir / "logs"
     options = {"skip_bad_samples": True} if skip_bad_samples else {}
     if compiled:

@@ -4,7 +4,8 @@ through the shared harness (tasks.runner).
     get_task("classification").run("resnet18", "daiq", profile="embedded")
 
 A task module exposes `run(model, method, profile=..., seed=..., ...) -> tasks.runner.RunResult`, its
-RECIPE_VERSION (the tables' cache key holds it) and `build_config` (the Runner config of one run).
+RECIPE_VERSION (the tables' cache key holds it; MODEL_RECIPE_VERSIONS, if any, the models whose recipe
+changed alone) and `build_config` (the Runner config of one run).
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ PROFILES = ("smoke", "embedded", "paper")
 
 def list_tasks() -> list[str]:
     return list(TASKS)
+
+
+def recipe_version(task: ModuleType, model: str) -> str | None:
+    """The recipe version a run of `model` is keyed on: the model's own where its recipe changed alone
+    (the task's MODEL_RECIPE_VERSIONS), else the task's RECIPE_VERSION."""
+    version = getattr(task, "MODEL_RECIPE_VERSIONS", {}).get(model, getattr(task, "RECIPE_VERSION", None))
+    return None if version is None else str(version)
 
 
 def get_task(name: str) -> ModuleType:

@@ -329,11 +329,11 @@ def run_config(
 
 def _identity(spec: RunSpec, cfg_options: dict | None, config: str | os.PathLike | None) -> dict[str, Any]:
     """The run's identity (tasks.resume): what its result depends on."""
-    from tasks import get_task
+    from tasks import get_task, recipe_version
 
     return run_identity(
         **{**spec.fields(), "data_root": spec.resolved_data_root}, cfg_options=cfg_options or {},
-        recipe_version=getattr(get_task(spec.task), "RECIPE_VERSION", None), numerics=kernels.NUMERICS,
+        recipe_version=recipe_version(get_task(spec.task), spec.model), numerics=kernels.NUMERICS,
         config_sha256=None if config is None else hashlib.sha256(Path(config).read_bytes()).hexdigest(),
         ranks=int(os.environ.get("WORLD_SIZE", 1)),
     )  # fmt: skip

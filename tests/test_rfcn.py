@@ -37,6 +37,42 @@ def test_rfcn_builds_from_its_configs_as_the_paper_describes_it(model, profile, 
     assert c4.shape[-1] == c5.shape[-1] == 6 and (c4.shape[1], c5.shape[1]) == (1024, 2048)  # both stride 16
 
 
+def test_embedded_score_maps_step_k_squared_times_the_base_rate():
+    """Voting by average scales each bin filter's gradient by 1/k^2; the embedded configs give the maps
+    k^2 times the base rate (what took R-FCN past the background prior in 480 iterations), the paper's
+    config does not, and the step of the reduction and the backbone stays at the base rate."""
+    from mmengine.optim import build_optim_wrapper
+
+    for profile, mult in (("embedded", K * K), ("paper", 1)):
+        cfg, detector = _build("rfcn_r101" if profile == "paper" else "rfcn_r50", profile)
+        with DefaultScope.overwrite_default_scope("mmdet"):
+            wrapper = build_optim_wrapper(detector, cfg.optim_wrapper)
+        base = cfg.optim_wrapper.optimizer.lr
+        lr_of = {id(p): g["lr"] for g in wrapper.optimizer.param_groups for p in g["params"]}
+        head = detector.roi_head.bbox_head
+        for conv in (head.ps_cls, head.ps_reg):
+            assert lr_of[id(conv.weight)] == pytest.approx(base * mult), profile
+        assert lr_of[id(head.reduce.weight)] == pytest.approx(base)
+        assert lr_of[id(next(detector.backbone.parameters()))] == pytest.approx(base)
+
+
+def test_rfcn_cells_have_their_own_recipe_version():
+    """The R-FCN recipe changed alone: its cells get new keys, every other detector keeps its own."""
+    from tables.generate import make_plan, model_recipe_versions
+    from tables.specs import get_spec
+
+    versions = model_recipe_versions("detection")
+    plan = make_plan(get_spec("ui8-table8"), "embedded", [0], None, D.RECIPE_VERSION, None, versions)
+    seen = {
+        cell.model: cell.recipe_version
+        for rp in plan.rows
+        for _, fp32, int8 in rp.cells
+        for cell in (fp32, int8)
+    }
+    assert seen["rfcn_r101"] == D.MODEL_RECIPE_VERSIONS["rfcn_r101"] != D.RECIPE_VERSION
+    assert seen["faster_rcnn_r50_fpn"] == D.RECIPE_VERSION
+
+
 def test_paper_profile_has_a_voc_config_only():
     assert D.config_path("rfcn_r101", "paper", "voc").name == "rfcn_r101_voc0712_int8.py"
     with pytest.raises(ValueError, match="'rfcn_r101' has no coco config at the paper profile; it has: voc"):
