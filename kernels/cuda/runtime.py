@@ -250,7 +250,7 @@ def launching_with(launcher) -> Iterator:
     try:
         yield launcher
     finally:
-        _ACTIVE.remove(launcher)
+        _ACTIVE.pop()  # blocks nest, so the innermost launcher is the last
 
 
 def launch(module: str, kernel: str, grid, block, args) -> None:
