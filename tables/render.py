@@ -319,6 +319,14 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
         "seed_list": plan.seeds,
         "data_root": plan.data_root,
         "recipe_version": plan.recipe_version,
+        # models whose recipe changed alone (MODEL_RECIPE_VERSIONS) and the version their cells hold
+        "model_recipe_versions": {
+            cell.model: cell.recipe_version
+            for rp in plan.rows
+            for _, fp32, int8 in rp.cells
+            for cell in (fp32, int8)
+            if cell.recipe_version != plan.recipe_version
+        },
         "numerics": plan.numerics,
         "not_a_reproduction": measured_here,
         "disclaimer": disclaimer,
