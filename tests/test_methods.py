@@ -179,6 +179,20 @@ def test_ui8_phi_matches_eq8():
     assert build_method("ui8", lr_scaling=False).make_layer_quantizer().lr_scale() == 1.0
 
 
+@pytest.mark.parametrize("method", ["fp32", "gq", "daiq"])
+def test_methods_without_lr_scaling_leave_every_layer_at_factor_one(method):
+    """Only UI8 scales learning rates: every other method's layers step at the scheduler's rate."""
+    from repro.layers import quantize_model
+    from repro.lr_scaling import layer_lr_factors
+
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.Conv2d(4, 4, 3), torch.nn.Conv2d(4, 4, 1), torch.nn.Conv2d(4, 2, 1)
+    )
+    factors = layer_lr_factors(quantize_model(net, method))
+    assert factors and set(factors.values()) == {1.0}
+    assert build_method(method).make_layer_quantizer().lr_scale_tensor() is None
+
+
 def test_ui8_periodic_update_reoptimises_only_every_period():
     q = build_method("ui8", period=3).make_layer_quantizer()
     gen = torch.Generator().manual_seed(1)
