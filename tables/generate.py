@@ -153,7 +153,8 @@ def model_recipe_versions(task_name: str) -> dict[str, str]:
     """The models whose recipe changed alone, with their own version (the task's MODEL_RECIPE_VERSIONS)."""
     import tasks
 
-    return {m: str(v) for m, v in getattr(tasks.get_task(task_name), "MODEL_RECIPE_VERSIONS", {}).items()}
+    module = tasks.get_task(task_name)
+    return {m: tasks.recipe_version(module, m) for m in getattr(module, "MODEL_RECIPE_VERSIONS", {})}
 
 
 def result_dict(result: Any) -> dict[str, Any]:

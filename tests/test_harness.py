@@ -23,6 +23,23 @@ def test_run_result_reads_scores_as_attributes_and_flattens_them():
         result.map  # noqa: B018
 
 
+def test_a_result_and_a_table_cell_name_the_run_they_belong_to():
+    """The RunSpec a result reports is the run a cell of the same fields trains (the data root aside, which
+    a result does not keep), and its run arguments are what the task's `run` takes."""
+    from tables.cells import Cell
+
+    result = _result(method_options={"k": 1.2})
+    cell = Cell.make(
+        task="classification", model="resnet18", method="daiq", options={"k": 1.2}, seed=0, profile="smoke",
+        paper_dataset="imagenet", data_root=None, recipe_version="2",
+    )  # fmt: skip
+    assert result.spec.fields() == {**cell.spec.fields(), "method_options": {"k": 1.2}}
+    assert cell.spec.method_options["k"] == 1.2  # the cell's options are normalized (defaults filled in)
+    assert set(cell.spec.run_arguments()) == {
+        "model", "method", "profile", "paper_dataset", "seed", "method_options", "data_root"
+    }  # fmt: skip
+
+
 def test_summary_is_one_line_per_task():
     assert summary(_result()) == (
         "classification resnet18 daiq (smoke, digits standing in for imagenet, seed 0): top-1 50.00%, "
