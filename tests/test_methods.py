@@ -219,6 +219,18 @@ def test_ui8_a_clip_searched_on_a_zero_gradient_does_not_zero_the_period():
     assert int(codes.gx.abs().max()) == 127
 
 
+def test_unknown_options_are_all_named_with_the_known_ones_and_a_method_prints_its_options():
+    with pytest.raises(ValueError, match=r"method 'fp32' has no option a, b; its options: none$"):
+        build_method("fp32", b=1, a=2)
+    with pytest.raises(ValueError, match=r"method 'gq' has no option x; its options: none$"):
+        build_method("gq", x=1)
+    assert repr(build_method("daiq", k=1.5)) == "Daiq(k=1.5, A=0.8, lam=0.3)"
+    q = build_method("gq").make_layer_quantizer()
+    q.step = 2**24 + 1  # the step counter stays an exact integer past float32's
+    q.count_step()
+    assert q.step == 2**24 + 2 and q.state_dict() == {"step": 2**24 + 2}
+
+
 def test_fp32_does_not_quantize():
     assert build_method("fp32").make_layer_quantizer().quantizes is False
 

@@ -150,8 +150,3 @@ class Method:
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.opts.items())
         return f"{type(self).__name__}({opts})"
-
-
-def stochastic(g: torch.Tensor, scale: torch.Tensor, axis: int | None = None) -> torch.Tensor:
-    """Gradients use stochastic rounding (UI8 eq. 3; DAIQ 'Our Method')."""
-    return kernels.get_backend(g.device).quantize(g, scale, axis, "stochastic")

@@ -51,18 +51,16 @@ def _unit_distances(u: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
     out = []
     for r in ratios:
         g_hat = (u * (QMAX / r)).clamp_(-QMAX, QMAX).round_()  # the 1/127 scale does not change the cosine
-        denom = u_norm * g_hat.norm()
-        cos = torch.where(
-            denom > 0, (u * g_hat).sum() / denom.clamp_min(torch.finfo(torch.float32).tiny), 0.0
-        )
-        out.append((1.0 - cos).clamp(0.0, 2.0))
+        # 0 / tiny = 0 where u = 0; g_hat has u's signs, so cos >= 0 up to rounding
+        cos = (u * g_hat).sum() / (u_norm * g_hat.norm()).clamp_min(torch.finfo(torch.float32).tiny)
+        out.append((1.0 - cos).clamp_min(0.0))
     return torch.stack(out)
 
 
 def _unit(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     g = g.detach().float().reshape(-1)
     top = g.abs().amax() if g.numel() else torch.zeros((), device=g.device)
-    return g / torch.where(top > 0, top, torch.ones_like(top)), top
+    return g / torch.where(top > 0, top, torch.ones_like(top)), top  # not clamp_min(tiny): subnormal tops
 
 
 def cosine_distance_tensor(g: torch.Tensor, c: torch.Tensor | float) -> torch.Tensor:
@@ -70,9 +68,10 @@ def cosine_distance_tensor(g: torch.Tensor, c: torch.Tensor | float) -> torch.Te
     1 for c <= 0 or g = 0."""
     u, top = _unit(g)
     c = torch.as_tensor(c, dtype=torch.float32, device=u.device)
-    ratio = torch.where(top > 0, c / torch.where(top > 0, top, torch.ones_like(top)), torch.zeros_like(top))
-    d = _unit_distances(u, ratio.reshape(1).clamp_min(torch.finfo(torch.float32).tiny))[0]
-    return torch.where((c > 0) & (top > 0), d, torch.ones_like(d))
+    # g = 0: u = 0, whose distance is 1 at any ratio
+    ratio = c / torch.where(top > 0, top, torch.ones_like(top))
+    d = _unit_distances(u, ratio.clamp_min(torch.finfo(torch.float32).tiny).reshape(1))[0]
+    return torch.where(c > 0, d, torch.ones_like(d))
 
 
 def cosine_distance(g: torch.Tensor, c: float) -> float:
@@ -126,15 +125,17 @@ def lr_factor(d_c: float, alpha: float, beta: float, form: str = "exponential") 
     return float(lr_factor_tensor(torch.tensor(float(d_c), dtype=torch.float64), alpha, beta, form))
 
 
-def lr_factor_tensor(d_c: torch.Tensor, alpha: float, beta: float, form: str = "exponential") -> torch.Tensor:
+def lr_factor_tensor(d_c: torch.Tensor, alpha: float, beta: float, form: str) -> torch.Tensor:
     """lr_factor on a 0-d tensor, on its device."""
     x = alpha * d_c.clamp_min(0.0)
     if form == "linear":
         phi = 1.0 / (1.0 + x)
     elif form == "quadratic":
         phi = 1.0 / (1.0 + x + 0.5 * x * x)
-    else:
+    elif form == "exponential":
         phi = torch.exp(-x)
+    else:
+        raise ValueError(f"lr_form must be one of {', '.join(LR_FORMS)}, got {form!r}")
     return phi.clamp_min(beta)
 
 
@@ -151,23 +152,22 @@ def low_bit_weight(w: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tens
     )
     codes = (u * (levels / best.exp())).clamp_(-levels, levels).round_()
     wf = w.detach().reshape(-1).float()
-    energy = (codes * codes).sum()
-    alpha = torch.where(energy > 0, (wf * codes).sum() / energy.clamp_min(1.0), torch.zeros_like(energy))
+    # integer codes: energy is 0 (then so is the numerator) or at least 1
+    alpha = (wf * codes).sum() / (codes * codes).sum().clamp_min(1.0)
     return codes.to(torch.int8).reshape(w.shape), alpha * QMAX
 
 
 def _grid_cosine(u: torch.Tensor, ratio: torch.Tensor, levels: int) -> torch.Tensor:
     t = (u * (levels / ratio)).clamp_(-levels, levels).round_()
-    denom = u.norm() * t.norm()
-    return torch.where(denom > 0, (u * t).sum() / denom.clamp_min(torch.finfo(torch.float32).tiny), -1.0)
+    return (u * t).sum() / (u.norm() * t.norm()).clamp_min(torch.finfo(torch.float32).tiny)
 
 
 def _searched_or_unclipped(c: torch.Tensor, g: torch.Tensor, backend) -> torch.Tensor:
     """The clip value to quantize g with: c, or max|g| (no clipping) where c = 0. A search on an all-zero
     gradient (a layer no loss reached yet: behind a zero-initialised BatchNorm, an FPN level without
     positives) finds no c in (0, max|G|]; reused as 0 for a whole period it zeroed every later gradient."""
-    if c.device.type == "cpu":  # reading a CPU tensor costs no synchronisation, and spares the absmax
-        return c if float(c) > 0 else backend.absmax(g)
+    if c.device.type == "cpu" and float(c) > 0:  # reading a CPU tensor costs no synchronisation
+        return c  # and spares the absmax
     return torch.where(c > 0, c, backend.absmax(g))
 
 
@@ -305,10 +305,9 @@ class Ui8(Method):
             raise ValueError(f"lr_form must be one of {', '.join(LR_FORMS)}, got {self.opts['lr_form']!r}")
         if not 2 <= self.opts["bits_w"] <= 8:
             raise ValueError(f"bits_w must be a weight bit width from 2 to 8, got {self.opts['bits_w']}")
-        if int(self.opts["period"]) < 1:
+        if self.opts["period"] < 1:  # an int already (repro.methods.options)
             raise ValueError(f"period must be a positive number of iterations, got {self.opts['period']}")
         if self.opts["alpha"] < 0:
             raise ValueError(f"alpha is phi's decay rate and must be >= 0, got {self.opts['alpha']}")
         if not 0.0 <= self.opts["beta"] <= 1.0:
             raise ValueError(f"beta is the lower bound of phi in [0, 1], got {self.opts['beta']}")
-        self.opts["period"] = int(self.opts["period"])
