@@ -89,10 +89,11 @@ mutation:
 	OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children 2 $(MUTANTS) | tail -n 3
 	$(BIN)/mutmut export-cicd-stats > /dev/null
 	@$(BIN)/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
-	  caught, sv, nt, su = s["killed"] + s["timeout"], s["survived"], s["no_tests"], s["suspicious"]; \
-	  n = caught + sv + nt + su; \
-	  print(f"make mutation: {caught} of {n} mutants killed ({100 * caught / max(n, 1):.1f}%);", \
-	        f"{sv} survived, {nt} with no covering test, {su} suspicious")'
+	  crashed = s["segfault"] + s["suspicious"]; \
+	  caught, sv, nt = s["killed"] + s["timeout"] + crashed, s["survived"], s["no_tests"]; \
+	  n = caught + sv + nt; \
+	  print(f"make mutation: {caught} of {n} mutants caught ({100 * caught / max(n, 1):.1f}%),", \
+	        f"{crashed} of them by crashing the tests; {sv} survived, {nt} with no covering test")'
 	$(BIN)/mutmut results
 
 lint:

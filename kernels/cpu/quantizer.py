@@ -60,10 +60,10 @@ def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
         return _torch_absmax(x, axis)
     xd, dt = _operand(x)
     if axis is None:
-        out = torch.empty((), dtype=torch.float32)
+        out = torch.zeros((), dtype=torch.float32)  # an empty x's max
         if xd.numel() and lib.rq_absmax(pointer(xd), dt, xd.numel(), pointer(out)):
             _raise("max|x|'s input", x)
-        return out if xd.numel() else out.zero_()
+        return out
     amax, _ = _stats(lib, xd, dt, axis % max(1, x.dim()), moments=False)
     return amax
 
@@ -114,18 +114,18 @@ def quantize(
     ndim = x.dim()
     axis = None if axis is None else axis % max(1, ndim)
     s = _scales(scale, x, axis)
+    count_axis = None if above is None or above[0] is None else above[0] % ndim
+    if above is not None and axis is not None and axis != count_axis:
+        raise ValueError("the scale's axis and the counted axis must be the same")
     lib = runtime.library()
     if lib is None:
         return _torch_quantize(x, s, axis, rounding, generator, above)
     xd, dt = _operand(x)
     q = torch.empty_like(xd, dtype=torch.int8)
-    count_axis, thresh, counts = None, None, None
+    thresh, counts = None, None
     if above is not None:
-        count_axis = None if above[0] is None else above[0] % ndim
         thresh = above[1].detach().to("cpu", torch.float32).reshape(-1).contiguous()
         counts = torch.zeros(1 if count_axis is None else xd.shape[count_axis], dtype=torch.int64)
-        if axis is not None and axis != count_axis:
-            raise ValueError("the scale's axis and the counted axis must be the same")
     chan = axis if axis is not None else count_axis
     stochastic = rounding == "stochastic"
     k0, k1 = next_key(generator) if stochastic else (0, 0)
@@ -215,7 +215,8 @@ def _torch_quantize(x, s, axis, rounding, generator, above):
     if rounding == "nearest":
         v.round_()
     else:
-        v.add_(torch.rand(v.shape, generator=generator)).floor_().clamp_(-QMAX, QMAX)
+        # v + u >= -127, but 127 + u rounds to 128 in float32 for u within 2^-17 of 1
+        v.add_(torch.rand(v.shape, generator=generator)).floor_().clamp_max_(QMAX)
     q = torch.empty_like(xf, dtype=torch.int8).copy_(v)
     if above is None:
         return q
