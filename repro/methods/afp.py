@@ -165,6 +165,5 @@ class Afp(Method):
             raise ValueError(f"threshold must be >= 0, got {o['threshold']}")
         if not 0 < o["alpha"] <= 1:
             raise ValueError(f"alpha is a moving-average weight in (0, 1], got {o['alpha']}")
-        if int(o["max_interval"]) < 1:
+        if o["max_interval"] < 1:  # an int already (repro.methods.options)
             raise ValueError(f"max_interval must be a positive number of uses, got {o['max_interval']}")
-        o["max_interval"] = int(o["max_interval"])
