@@ -81,7 +81,6 @@ class Fp8Training(Method):
         s = self.opts["loss_scale"]
         if not (isinstance(s, (int, float)) and s > 0 and math.log2(s).is_integer()):
             raise ValueError(f"loss_scale must be a positive power of two, got {s!r}")
-        self.opts["loss_scale"] = float(s)
 
     def make_optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Keeps `optimizer` and attaches the FP16 stochastic-rounding update of the FP8 layers to it."""

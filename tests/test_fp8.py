@@ -1,0 +1,79 @@
+"""FP8 training (repro/methods/fp8) beyond tests/test_comparison_methods.py: the backward data flow of a
+layer (loss-scaled E in FP8, GX in FP16, GW in FP16 then FP8), seeded stochastic rounding, option ranges."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import repro
+from kernels.errors import NonFiniteError
+from repro.methods import build_method
+from repro.methods.fp8.formats import FP8, FP16, round_to
+
+
+def test_a_layers_gradients_are_loss_scaled_and_rounded_as_the_paper_says():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 6), nn.Linear(6, 3), nn.Linear(3, 2))
+    repro.quantize_model(model, "fp8")  # loss_scale 1024
+    layer, s = model[1], 1024.0
+    h = torch.randn(4, 6, requires_grad=True)
+    gy = torch.randn(4, 3) * 1e-3
+    layer(h).backward(gy)
+    e = round_to(gy * s, FP8) / s  # E in FP8, loss-scaled
+    a, w = round_to(h.detach(), FP8), round_to(layer.weight.detach(), FP8)
+    assert torch.equal(h.grad, round_to((e @ w) * s, FP16) / s)
+    assert torch.equal(layer.weight.grad, round_to(round_to((e.t() @ a) * s, FP16), FP8) / s)
+
+
+def test_stochastic_rounding_repeats_for_a_seed():
+    x = torch.randn(1000)
+    for fmt in (FP8, FP16):
+        a = round_to(x, fmt, "stochastic", torch.Generator().manual_seed(4))
+        b = round_to(x, fmt, "stochastic", torch.Generator().manual_seed(4))
+        assert torch.equal(a, b) and not torch.equal(
+            a, round_to(x, fmt, "stochastic", torch.Generator().manual_seed(5))
+        )
+    tiny = torch.full((1000,), 2.0**-17)  # below FP8's smallest subnormal, 2^-16: 0 or 2^-16
+    a = round_to(tiny, FP8, "stochastic", torch.Generator().manual_seed(4))
+    assert torch.equal(a, round_to(tiny, FP8, "stochastic", torch.Generator().manual_seed(4)))
+    assert set(a.unique().tolist()) == {0.0, 2.0**-16}
+
+
+def test_rounding_errors_name_the_mode_and_the_format():
+    with pytest.raises(ValueError, match=r"^unknown rounding 'up'; choose one of nearest, stochastic$"):
+        round_to(torch.ones(2), FP8, "up")
+    with pytest.raises(
+        NonFiniteError, match=r"^non-finite values in the FP8 \(1-5-2\) rounding's input of shape \(1,\)$"
+    ):
+        round_to(torch.tensor([float("nan")]), FP8)
+
+
+@pytest.mark.parametrize("scale", [0.0, -2.0, 1000.0])
+def test_a_loss_scale_that_is_not_a_positive_power_of_two_is_refused(scale):
+    with pytest.raises(
+        ValueError, match=f"^{re.escape(f'loss_scale must be a positive power of two, got {scale!r}')}$"
+    ):
+        build_method("fp8", loss_scale=scale)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5, 2.0**20])
+def test_powers_of_two_at_and_below_one_are_accepted(scale):
+    assert build_method("fp8", loss_scale=scale).opts["loss_scale"] == scale
+
+
+def test_the_float_layers_keep_the_optimizers_update():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2))
+    method = build_method("fp8")
+    repro.quantize_model(model, method)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    method.make_optimizer(model, opt)
+    F.cross_entropy(model(torch.randn(8, 4)), torch.arange(8) % 2).backward()
+    opt.step()
+    bias = model[1].bias.detach()
+    assert torch.equal(bias, round_to(bias, FP16))  # the FP8 layer's own bias is on the FP16 grid too
