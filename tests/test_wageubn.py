@@ -134,6 +134,29 @@ def test_fixed_point_momentum_by_hand():
     assert on_grid(w.detach(), 2.0**-23)
 
 
+def test_fixed_point_momentum_defaults_are_the_papers_bit_widths():
+    # kAcc = 13: 2^-13 is half a step of the 2^-12 grid and rounds to 0 (half to even); kWU = 24: a weight
+    # moved by 2^-24 is half a step of the 2^-23 grid and rounds back; a group without weight decay takes none
+    a, b, f = nn.Parameter(T([0.5])), nn.Parameter(T([0.5])), nn.Parameter(T([1.0]))
+    opt = FixedPointMomentum([{"params": [a, b, f], "lr": 2.0**-9}], fixed_point=[a, b])
+    a.grad, b.grad, f.grad = T([2.0**-13]), T([2.0**-15]), T([0.5])
+    opt.step()
+    assert opt.state[a]["momentum_buffer"].item() == 0.0 and a.item() == 0.5 - 2.0**-22
+    assert b.item() == 0.5 and f.item() == 1.0 - 2.0**-9 * 0.5
+    assert opt.param_groups[0]["momentum"] == 0.75 and opt.param_groups[0]["weight_decay"] == 0.0
+
+
+def test_the_paper_profile_takes_wageubns_recipe_and_dr_follows_progress():
+    method = build_method("wageubn")
+    assert method.recipe_overrides("paper") == {"lr": 0.05, "batch_size": 128}
+    assert method.recipe_overrides("embedded") == {} and method.recipe_overrides("smoke") == {}
+    stages = []
+    for iteration, max_iters in [(0, 90), (29, 90), (30, 90), (60, 90), (90, 90), (1, 1), (5, 0)]:
+        method.set_progress(iteration, max_iters)
+        stages.append(method.dr)
+    assert stages == [128.0, 128.0, 64.0, 32.0, 32.0, 32.0, 32.0]
+
+
 # ------------------------------------------------------------------------------------------ layers
 def _model(method="wageubn", **opts):
     model = nn.Sequential(
