@@ -133,6 +133,27 @@ def test_daiq_mcs_ablation_uses_one_scale():
         assert bool(q.last_gaussian) is gaussian
 
 
+def test_daiq_updates_its_state_in_place():
+    q = build_method("daiq").make_layer_quantizer()
+    q.grad(crafted_gradient(), channel_axis=1)
+    scale, flags = q.scale, q.last_gaussian
+    q.grad(crafted_gradient(seed=1), channel_axis=1)
+    assert q.scale is scale and q.last_gaussian is flags  # a compiled backward updates them in place
+
+
+def test_daiq_fraction_above_sigma_at_a_tie_and_at_degenerate_sizes():
+    from repro.methods.daiq import _fraction
+
+    # 3 of 10 entries beyond sigma = 1.37: a fraction of exactly lambda = 0.3 is not Gaussian (strictly above)
+    g = torch.tensor([3.0, 3.0, 3.0] + [0.0] * 7).reshape(1, 1, 10)
+    q = build_method("daiq").make_layer_quantizer()
+    q.grad(g, channel_axis=1)
+    assert q.last_gaussian.tolist() == [False]
+    assert _fraction(torch.tensor([3]), torch.zeros(2, 1, 2, 2), 1).tolist() == [0.375]  # one channel
+    assert _fraction(torch.tensor([1, 0]), torch.zeros(1, 2), 1).tolist() == [1.0, 0.0]  # one entry each
+    assert _fraction(torch.tensor([2]), torch.zeros(2, 4), None).shape == ()
+
+
 def test_gq_uses_one_code_tensor_for_both_paths():
     g = crafted_gradient()
     codes = build_method("gq").make_layer_quantizer().grad(g, 1)

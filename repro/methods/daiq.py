@@ -75,9 +75,10 @@ class DaiqQuantizer(LayerQuantizer):
 
     def _keep(self, scale: torch.Tensor, gaussian: torch.Tensor) -> None:
         """s_{c,t} and the decisions, into the tensors of the last iteration (in place: a compiled backward
-        updates them without a graph break); the first iteration, or another shape, allocates them."""
+        updates them without a graph break); the first iteration, or another device, allocates them (a
+        layer's channels do not change: the MCS step needs s_{c,t-1} of the same shape)."""
         kept = self.scale, self.last_gaussian
-        if any(t is None or t.shape != scale.shape or t.device != scale.device for t in kept):
+        if any(t is None or t.device != scale.device for t in kept):
             self.scale, self.last_gaussian = scale.clone(), gaussian.clone()
         else:
             self.scale.copy_(scale)
