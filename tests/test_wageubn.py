@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 import repro
 import repro.hooks  # noqa: F401  (registers Int8TrainingHook)
+from kernels.errors import NonFiniteError
 from repro.methods import build_method
 from repro.methods.wageubn.fixed_point import CQ, QW, SQ, Q, R, Sd, dr_for, flag_qe2, norm, quantized_lr
 from repro.methods.wageubn.norm_layers import QBatchNorm2d, QReLU
@@ -93,6 +94,27 @@ def test_flag_qe2_paper_examples_and_range():
     assert sq[1].item() == 0.0 and sq[2].item() == 0.0
     small = T([1.0, 0.003, 2.0**-10])
     assert torch.count_nonzero(flag_qe2(small, 8)) == 3 and torch.count_nonzero(SQ(small, 8)) == 1
+
+
+def test_fixed_point_edges_clip_both_sides_and_take_the_papers_widths():
+    # SQ clips the negative side at -1 + 2^-7 too
+    assert torch.equal(SQ(T([-1.0, 0.5]), 8), T([-1 + 2.0**-7, 0.5]))
+    # the integer branch clips at -127 Sc: R(-1) = 1, Sc = 1/128, -1 / Sc = -128 -> -127
+    assert flag_qe2(T([-1.0, 0.25]), 8)[0].item() == -127 / 128
+    # k = 8 by default; 1.5 Sc is in the integer branch and rounds to 2 Sc (half to even)
+    x = T([1.0, 1.5 / 128])
+    assert torch.equal(flag_qe2(x), flag_qe2(x, 8)) and flag_qe2(x)[1].item() == 2 / 128
+    # CQ's k_GC is 15 by default: Sd(1, d_r = 128) = 127 -> 127 / 2^14
+    assert CQ(T([1.0]), 128.0).item() == 127 / 2**14
+
+
+def test_fixed_point_noise_repeats_for_a_seed_and_a_non_finite_input_raises():
+    x = torch.randn(1000)
+    a = CQ(x, 128.0, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a, CQ(x, 128.0, generator=torch.Generator().manual_seed(3)))
+    assert not torch.equal(a, CQ(x, 128.0, generator=torch.Generator().manual_seed(4)))
+    with pytest.raises(NonFiniteError):  # the CPU's absmax names it; R's own check is for a GPU's
+        R(T([1.0, float("inf")]))
 
 
 def test_dr_schedule_follows_progress():

@@ -1,0 +1,63 @@
+"""DoReFa-Net (repro/methods/dorefa.py) beyond tests/test_comparison_methods.py: a zero weight, per-sample
+gradient scales, the layer's backward through the gradient quantizer, seeded noise and the bit-width range.
+Expected values are worked out by hand from the paper's equations (5, 9, 12)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torch import nn
+
+import repro
+from repro.methods import build_method
+from repro.methods.dorefa import quantize_activation, quantize_grad, quantize_weight
+
+
+def test_a_zero_weight_maps_to_quantize_k_of_one_half():
+    # tanh(0) / 0 is replaced by r = 1/2: 2 round(3 / 2) / 3 - 1 = 1/3 (half to even rounds 1.5 to 2)
+    assert torch.allclose(quantize_weight(torch.zeros(4), 2), torch.full((4,), 1 / 3))
+
+
+def test_a_one_dimensional_gradient_is_one_sample_per_entry_and_exact():
+    # m is the max over all but the first axis: per entry here, so r is 0 or 1 and the codes give g back
+    g = torch.tensor([0.3, -2.0, 0.7, 0.0])
+    assert torch.allclose(quantize_grad(g, 4, torch.Generator().manual_seed(0)), g)
+
+
+def test_gradient_noise_repeats_for_a_seed():
+    g = torch.randn(8, 16)
+    a = quantize_grad(g, 4, torch.Generator().manual_seed(1))
+    assert torch.equal(a, quantize_grad(g, 4, torch.Generator().manual_seed(1)))
+    assert not torch.equal(a, quantize_grad(g, 4, torch.Generator().manual_seed(2)))
+
+
+def test_the_layers_input_gradient_goes_through_the_gradient_quantizer():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 6), nn.Linear(6, 3, bias=False), nn.Linear(3, 2))
+    repro.quantize_model(model, "dorefa")
+    layer, opts = model[1], build_method("dorefa").opts
+    h = torch.rand(4, 6, requires_grad=True)
+    gy = torch.randn(4, 3)
+    torch.manual_seed(7)
+    layer(h).backward(gy)
+    torch.manual_seed(7)
+    e = quantize_grad(gy, opts["bits_g"])
+    w = quantize_weight(layer.weight.detach(), opts["bits_w"])
+    assert torch.allclose(h.grad, (e @ w) * ((h > 0) & (h < 1)), atol=1e-6)
+    a = quantize_activation(h.detach(), opts["bits_a"])
+    t = torch.tanh(layer.weight.detach())  # eq. 9's derivative, the round straight through
+    assert torch.allclose(layer.weight.grad, (e.t() @ a) * (1 - t * t) / t.abs().max(), atol=1e-5)
+
+
+@pytest.mark.parametrize("key", ["bits_w", "bits_a", "bits_g"])
+@pytest.mark.parametrize("bits", [1, 17])
+def test_bit_widths_outside_2_to_16_are_refused(key, bits):
+    with pytest.raises(ValueError, match=re.escape(f"{key}") + ".*" + re.escape(str(bits))):
+        build_method("dorefa", **{key: bits})
+
+
+@pytest.mark.parametrize("bits", [2, 16])
+def test_bit_widths_at_the_ends_are_accepted(bits):
+    assert build_method("dorefa", bits_w=bits, bits_a=bits, bits_g=bits).opts["bits_g"] == bits
