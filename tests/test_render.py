@@ -270,3 +270,29 @@ def test_write_puts_the_three_files_side_by_side(made, tmp_path):
     sidecar = json.loads(paths["meta"].read_text())
     assert "row_marks" not in sidecar and sidecar["csv_columns"] == render.CSV_COLUMNS
     assert sidecar["cells"] == meta["cells"] and sidecar["name"] == "t-test"
+
+
+def test_a_baselines_error_extra_paper_numbers_and_two_datasets_show_in_the_row():
+    row = Row(
+        "resnet18", "gq", _source("GQ extra"), paper_fp32=70.0, paper_int8=69.0, paper_extra={"top5": 89.5}
+    )
+    spec = Spec("t-extra", "DAIQ", "Table 4", "Extra", (row, ROWS[-1]))
+    plan = make_plan(spec, "embedded", [0, 1], None, "2")
+    (_, fp32_0, int8_0), (_, fp32_1, int8_1) = plan.rows[0].cells
+    outcomes = {
+        fp32_0.key: Outcome(error="disk full"),
+        int8_0.key: Outcome(_result(70.0, 10.0)),
+        fp32_1.key: Outcome({**_result(71.0, 10.0), "dataset": "mnist"}),
+        int8_1.key: Outcome(_result(72.0, 10.0)),
+    }
+    frame, _ = render.summarize(plan, outcomes)
+    r, blocked = frame.iloc[0].to_dict(), frame.iloc[1].to_dict()
+    assert r["status"] == "error: FP32 baseline: disk full"
+    assert r["paper_extra"] == '{"top5": 89.5}' and blocked["paper_extra"] == ""
+    assert r["dataset"] == "fashion-mnist; mnist" and (r["n_fp32"], r["n_int8"]) == (1, 2)
+    assert (blocked["dataset"], blocked["epochs"], blocked["simulated"], blocked["n_int8"]) == (
+        "",
+        "",
+        False,
+        0,
+    )
