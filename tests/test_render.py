@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 
 import pandas as pd
@@ -296,3 +297,57 @@ def test_a_baselines_error_extra_paper_numbers_and_two_datasets_show_in_the_row(
         False,
         0,
     )
+
+
+META_KEYS = {
+    "name", "paper", "citation", "table", "title", "task", "metric", "profile", "paper_datasets",
+    "dataset_used", "epochs", "iterations", "seeds", "seed_list", "data_root", "recipe_version",
+    "model_recipe_versions", "numerics", "not_a_reproduction", "disclaimer", "header", "footnotes", "notes",
+    "cells", "training_seconds", "generated_at", "device", "commit", "environment_lock",
+}  # fmt: skip
+
+
+def test_the_sidecar_names_what_made_the_table(made, tmp_path):
+    plan, _, frame, meta = made
+    assert set(meta) - {"row_marks", "command", "wall_seconds"} == META_KEYS
+    assert (meta["name"], meta["paper"], meta["table"], meta["title"]) == (
+        "t-test",
+        "DAIQ",
+        "Table 4",
+        "A test table",
+    )
+    assert (meta["task"], meta["metric"], meta["profile"]) == ("classification", "top1", "embedded")
+    assert meta["citation"] == SPEC.citation and meta["paper_datasets"] == ["imagenet"]
+    assert (meta["seeds"], meta["seed_list"], meta["data_root"], meta["recipe_version"]) == (
+        2,
+        [0, 1],
+        None,
+        "2",
+    )
+    assert meta["numerics"] is None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+", meta["generated_at"])
+    paths = render.write(tmp_path / "a" / "b", "t-test", frame, render.markdown(frame, meta), meta)
+    assert paths["meta"].read_text().startswith('{\n "name": "t-test",\n "paper": "DAIQ",')
+    assert paths["csv"].read_text().splitlines()[0] == ",".join(render.CSV_COLUMNS)
+    render.write(tmp_path / "a" / "b", "t-test", frame, "again\n", meta)  # an existing folder is fine
+    assert paths["md"].read_text() == "again\n"
+
+
+def test_smoke_profile_two_paper_datasets_and_no_options_or_bits_columns():
+    rows = (ROWS[0], Row("resnet18", "gq", _source("GQ c10"), paper_fp32=90.0, paper_dataset="cifar10"))
+    plan = make_plan(Spec("t-two", "DAIQ", "Table 4", "Two", rows), "smoke", [0], None, "2")
+    ((_, fp32, int8),) = plan.rows[0].cells
+    out = {fp32.key: Outcome(_result(80.0, 40.0), elapsed_s=10.04), int8.key: Outcome(_result(81.0, 80.0))}
+    frame, meta = render.summarize(plan, out)
+    assert meta["not_a_reproduction"] and meta["disclaimer"].startswith(
+        "Numbers measured at the smoke profile"
+    )
+    assert "the paper used CIFAR-10 and ImageNet (ILSVRC2012)" in meta["header"][2]
+    assert meta["training_seconds"] == 10.0
+    md = render.markdown(frame, {**meta, "command": "make t-two"}).splitlines()
+    assert md[4:7] == ["", f"**{meta['header'][-1]}**", ""]
+    assert md[7].startswith("| Model | Method | Paper FP32 |") and md[9].startswith(
+        "| resnet18 | DAIQ | 70.00 |"
+    )
+    assert "by `make t-two`:" in md[-1]
+    assert "by ``:" in render.markdown(frame, meta).splitlines()[-1]  # no command given
