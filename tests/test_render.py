@@ -351,3 +351,32 @@ def test_smoke_profile_two_paper_datasets_and_no_options_or_bits_columns():
     )
     assert "by `make t-two`:" in md[-1]
     assert "by ``:" in render.markdown(frame, meta).splitlines()[-1]  # no command given
+
+
+def test_rows_without_paper_numbers_pending_baselines_and_mixed_schedules():
+    bare = Row(
+        "resnet18",
+        "gq",
+        _source("GQ bare"),
+        also_reported=(Reported(Source("UI8", "Table 6", "GQ"), int8=68.9),),
+    )
+    spec = Spec("t-bare", "DAIQ", "Table 4", "Bare", (bare,))
+    plan = make_plan(spec, "paper", [0, 1], None, "2")
+    (_, fp32_0, int8_0), (_, fp32_1, int8_1) = plan.rows[0].cells
+    outcomes = {  # seed 0's baseline not run yet; seed 1 on another schedule and data
+        int8_0.key: Outcome(_result(70.0, 10.0), elapsed_s=10.26),
+        fp32_1.key: Outcome({**_result(71.0, 10.0, epochs=3), "dataset": "mnist"}),
+        int8_1.key: Outcome(_result(72.0, 10.0, epochs=3)),
+    }
+    frame, meta = render.summarize(plan, outcomes)
+    r = frame.iloc[0].to_dict()
+    assert r["status"] == "pending" and (r["n_fp32"], r["n_int8"], r["int8"]) == (1, 2, 71.0)
+    assert (r["paper_delta_source"], r["epochs"], r["source"]) == ("", "2, 3", "DAIQ Table 4, row 'GQ bare'")
+    assert r["notes"] == (
+        "[1] DAIQ Table 4, row 'GQ bare' prints no number; also printed as: UI8 Table 6, row 'GQ': "
+        "INT8 68.90."
+    )
+    stand_in = "(paper stand-in for ImageNet (ILSVRC2012))"
+    assert meta["dataset_used"] == f"fashion-mnist {stand_in}; mnist {stand_in}"
+    assert meta["training_seconds"] == 10.3
+    assert "on data from the default data root)" in meta["disclaimer"]
