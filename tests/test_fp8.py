@@ -66,7 +66,7 @@ def test_powers_of_two_at_and_below_one_are_accepted(scale):
     assert build_method("fp8", loss_scale=scale).opts["loss_scale"] == scale
 
 
-def test_the_float_layers_keep_the_optimizers_update():
+def test_an_fp8_layers_bias_is_on_the_fp16_grid_after_a_step():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2))
     method = build_method("fp8")
