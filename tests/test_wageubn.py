@@ -101,6 +101,8 @@ def test_fixed_point_edges_clip_both_sides_and_take_the_papers_widths():
     assert torch.equal(SQ(T([-1.0, 0.5]), 8), T([-1 + 2.0**-7, 0.5]))
     # the integer branch clips at -127 Sc: R(-1) = 1, Sc = 1/128, -1 / Sc = -128 -> -127
     assert flag_qe2(T([-1.0, 0.25]), 8)[0].item() == -127 / 128
+    # and at +127 Sc: R(1.2) = 2^round(0.26) = 1, 1.2 / Sc = 153.6 -> 154 -> 127
+    assert flag_qe2(T([1.2, 0.25]), 8)[0].item() == 127 / 128
     # k = 8 by default; 1.5 Sc is in the integer branch and rounds to 2 Sc (half to even)
     x = T([1.0, 1.5 / 128])
     assert torch.equal(flag_qe2(x), flag_qe2(x, 8)) and flag_qe2(x)[1].item() == 2 / 128
@@ -154,6 +156,20 @@ def test_fixed_point_momentum_by_hand():
     # Acc_2 = 0.75 x 4 x 2^-14 + 2^-14 = 4 x 2^-14; W = 0.5 - lr (3 + 4) 2^-14 = 0.5 - 182 x 2^-23, exact
     assert w.item() == 0.5 - 182 * 2.0**-23
     assert on_grid(w.detach(), 2.0**-23)
+
+
+def test_fixed_point_momentum_takes_the_papers_rate_by_default_zero_momentum_and_refuses_a_negative():
+    w = nn.Parameter(T([0.5]))
+    opt = FixedPointMomentum([w], fixed_point=[w])  # lr 26 x 2^-9, the paper's 0.05078125
+    w.grad = T([2.0**-10])
+    opt.step()
+    assert w.item() == 0.5 - 26 * 2.0**-19
+    plain = FixedPointMomentum([w], fixed_point=[w], lr=2.0**-9, momentum=0)  # plain SGD on the grid
+    for _ in range(2):
+        plain.step()
+    assert w.item() == 0.5 - 26 * 2.0**-19 - 2 * 2.0**-19
+    with pytest.raises(ValueError, match=r"^momentum must be >= 0, got -0\.5$"):
+        FixedPointMomentum([w], fixed_point=[w], momentum=-0.5)
 
 
 def test_fixed_point_momentum_defaults_are_the_papers_bit_widths():
@@ -210,6 +226,12 @@ def test_relu_quantizes_activation_and_e1():
     assert torch.equal(x.grad, T([0.0, 0.25, 0.0]))
 
 
+def test_relu_passes_no_error_at_zero_as_torchs_relu():
+    x = T([0.0, -0.0, 0.5], requires_grad=True)
+    _model()[2](x).backward(T([1.0, 1.0, 0.25]))  # SQ: R = 1, 0.25 on its grid
+    assert x.grad.tolist() == [0.0, 0.0, 0.25]
+
+
 def test_batchnorm_matches_eq12_and_keeps_state():
     torch.manual_seed(0)
     model = _model()
@@ -234,6 +256,9 @@ def test_batchnorm_matches_eq12_and_keeps_state():
     x_hat_e = Q((x - Q(bn.running_mean, 16).view(1, -1, 1, 1)) / sigma_e.view(1, -1, 1, 1), 16)
     want_e = Q(bn.weight, 8).view(1, -1, 1, 1) * x_hat_e + Q(bn.bias, 8).view(1, -1, 1, 1)
     torch.testing.assert_close(y_eval, want_e, rtol=0, atol=1e-6)
+    bn.track_running_stats = False  # switched off with the buffers kept: torch's rule still uses them
+    torch.testing.assert_close(bn(x), want_e, rtol=0, atol=1e-6)
+    torch.testing.assert_close(bn.observe_forward((x,), y_eval)["BN"][1], x_hat_e, rtol=0, atol=1e-6)
 
 
 def test_conv_quantizes_w_forward_e2_and_gw_backward():
@@ -282,6 +307,8 @@ def test_quantize_only_turns_on_one_path(part):
 def test_bad_option_is_one_clear_error():
     with pytest.raises(ValueError, match="quantize_only must be one of W, BN, A, GW, E1, E2"):
         build_method("wageubn", quantize_only="G")
+    with pytest.raises(ValueError, match="^e2 must be one of flag8, shift16, shift8, got 'flag9'$"):
+        build_method("wageubn", e2="flag9")
 
 
 def test_resnet18_training_step_all_paths():

@@ -99,9 +99,7 @@ class Wageubn(Method):
             raise ValueError(f"e2 must be one of {', '.join(E2_FORMATS)}, got {self.opts['e2']!r}")
         self.full = only is None
         self.parts = set(PARTS) if self.full else {only}
-        self.bn_quant = BnQuant(
-            forward="BN" in self.parts, k_bn=16 if self.full else 8, k_grad=K_GBN if self.full else None
-        )
+        self.bn_quant = BnQuant(k_bn=16 if self.full else 8, k_grad=K_GBN if self.full else None)
         self.relu_quant = ReluQuant(
             k_a=K_A if "A" in self.parts else None, k_e1=K_E1 if "E1" in self.parts else None
         )
@@ -112,7 +110,7 @@ class Wageubn(Method):
 
     def module_swaps(self) -> dict[type[nn.Module], type[nn.Module]]:
         swaps: dict[type[nn.Module], type[nn.Module]] = {}
-        if self.bn_quant.forward or self.bn_quant.k_grad is not None:
+        if "BN" in self.parts:  # the full method or BN alone: a swapped batch norm quantizes its forward
             swaps.update(BN_SWAPS)
         if self.relu_quant.k_a is not None or self.relu_quant.k_e1 is not None:
             swaps.update(RELU_SWAPS)

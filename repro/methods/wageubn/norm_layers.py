@@ -34,7 +34,6 @@ Pair = tuple[torch.Tensor, torch.Tensor]  # a value before and after its quantiz
 
 @dataclass(frozen=True)
 class BnQuant:
-    forward: bool = True  # quantize mu, sigma, x_hat, gamma, beta
     k_mu: int = 16
     k_sigma: int = 16
     k_bn: int = 16
@@ -59,31 +58,25 @@ class QBatchNormMixin:
         self._check_input_dim(x)
         spec: BnQuant = self.int8_method.bn_quant
         dims = [0, *range(2, x.dim())]
-        use_batch = self.training or not self.track_running_stats or self.running_mean is None
-        if use_batch:
+        # torch's rule: running statistics in eval wherever they exist (even with tracking switched off later)
+        if self.training or self.running_mean is None:
             mean = x.mean(dims)
             var = x.var(dims, correction=0)
-            self._update_running_stats(x, mean, var, dims)
+            self._update_running_stats(x, mean, var)
         else:
             mean, var = self.running_mean, self.running_var
-        if spec.forward:
-            mean = ste(mean, lambda t: Q(t, spec.k_mu))
-            std = ste(var.sqrt(), lambda t: Q(t, spec.k_sigma)) + spec.eps
-        else:
-            std = (var + self.eps).sqrt()
+        mean = ste(mean, lambda t: Q(t, spec.k_mu))
+        std = ste(var.sqrt(), lambda t: Q(t, spec.k_sigma)) + spec.eps
         shape = [1, -1, *([1] * (x.dim() - 2))]
-        x_hat = (x - mean.reshape(shape)) / std.reshape(shape)
-        if spec.forward:
-            x_hat = ste(x_hat, lambda t: Q(t, spec.k_bn))
+        x_hat = ste((x - mean.reshape(shape)) / std.reshape(shape), lambda t: Q(t, spec.k_bn))
         if not self.affine:
             return x_hat
         gamma, beta = self.weight, self.bias
         if spec.k_grad is not None:
             gamma = grad_quant(gamma, lambda g: Q(g, spec.k_grad))
             beta = grad_quant(beta, lambda g: Q(g, spec.k_grad))
-        if spec.forward:
-            gamma = ste(gamma, lambda t: Q(t, spec.k_gamma))
-            beta = ste(beta, lambda t: Q(t, spec.k_beta))
+        gamma = ste(gamma, lambda t: Q(t, spec.k_gamma))
+        beta = ste(beta, lambda t: Q(t, spec.k_beta))
         return x_hat * gamma.reshape(shape) + beta.reshape(shape)
 
     @torch.no_grad()
@@ -93,18 +86,16 @@ class QBatchNormMixin:
         spec: BnQuant = self.int8_method.bn_quant
         dims = [0, *range(2, x.dim())]
         shape = [1, -1, *([1] * (x.dim() - 2))]
-        if self.training or not self.track_running_stats or self.running_mean is None:
+        if self.training or self.running_mean is None:
             mean, var = x.mean(dims), x.var(dims, correction=0)
         else:
             mean, var = self.running_mean, self.running_var
         exact = (x - mean.reshape(shape)) / (var + self.eps).sqrt().reshape(shape)
-        if not spec.forward:
-            return {"BN": (exact, exact)}
         std = Q(var.sqrt(), spec.k_sigma) + spec.eps
         return {"BN": (exact, Q((x - Q(mean, spec.k_mu).reshape(shape)) / std.reshape(shape), spec.k_bn))}
 
     @torch.no_grad()
-    def _update_running_stats(self, x, mean, var, dims) -> None:
+    def _update_running_stats(self, x, mean, var) -> None:
         if not (self.training and self.track_running_stats and self.running_mean is not None):
             return
         self.num_batches_tracked += 1
