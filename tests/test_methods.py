@@ -31,6 +31,36 @@ def test_registry_lists_the_methods_and_rejects_unknowns():
         build_method("ui8", period=0)
 
 
+def test_registering_a_method_makes_it_buildable_and_a_second_registration_is_refused():
+    from repro.methods import METHODS, Method, register
+
+    class _Probe(Method):
+        name = "probe-for-the-registry-test"
+
+    try:
+        assert register(_Probe) is _Probe and isinstance(build_method(_Probe.name), _Probe)
+        with pytest.raises(ValueError, match="^method 'probe-for-the-registry-test' is registered twice$"):
+            register(_Probe)
+    finally:
+        METHODS.pop(_Probe.name, None)
+
+
+def test_a_method_instance_with_options_is_one_clear_error_and_unknowns_list_every_method():
+    with pytest.raises(
+        ValueError, match="^pass options by name together with a method name, not with a Method instance$"
+    ):
+        build_method(build_method("gq"), k=1)
+    with pytest.raises(ValueError) as refused:
+        build_method("int4")
+    assert str(refused.value) == f"unknown method 'int4'; known methods: {', '.join(list_methods())}"
+
+
+def test_an_option_whose_default_has_no_converter_is_passed_through_for_validate():
+    from repro.methods.options import typed_option
+
+    assert typed_option("m", "shape", (1, 2), [3, 4]) == [3, 4]
+
+
 def test_daiq_discriminator_tells_gaussian_from_inverted_t():
     q = build_method("daiq").make_layer_quantizer()
     q.grad(crafted_gradient(), channel_axis=1)
@@ -263,6 +293,8 @@ def test_fp32_does_not_quantize():
         ("daiq", {"k": "abc"}, "option k of method daiq takes a number, got 'abc'"),
         ("daiq", {"A": True}, "option A of method daiq takes a number, got True"),
         ("ui8", {"period": 1.5}, "option period of method ui8 takes an integer, got 1.5"),
+        ("ui8", {"period": [10]}, "option period of method ui8 takes an integer, got [10]"),
+        ("ui8", {"period": "inf"}, "option period of method ui8 takes an integer, got 'inf'"),
         ("ui8", {"clip": "maybe"}, "option clip of method ui8 takes true or false, got 'maybe'"),
         ("ui8", {"clip": 1}, "option clip of method ui8 takes true or false, got 1"),
         ("wageubn", {"quantize_only": 3}, "option quantize_only of method wageubn takes a string or none"),

@@ -46,8 +46,8 @@ def _integer(value: Any) -> int:
         raise ValueError
     if isinstance(value, int):
         return value
-    number = float(value) if isinstance(value, str) else value
-    if isinstance(number, float) and number.is_integer():
+    number = float(value)  # a str or a float; anything else raises, and typed_option says what it takes
+    if number.is_integer():
         return int(number)
     raise ValueError
 
