@@ -77,3 +77,13 @@ def test_an_fp8_layers_bias_is_on_the_fp16_grid_after_a_step():
     opt.step()
     bias = model[1].bias.detach()
     assert torch.equal(bias, round_to(bias, FP16))  # the FP8 layer's own bias is on the FP16 grid too
+
+
+def test_the_weight_gradient_is_rounded_twice_fp16_then_fp8_as_stored():
+    # GW = 1.25 + 0.125 - 2^-12: FP16 (spacing 2^-10) rounds it to 1.375, the tie between E5M2's 1.25 and
+    # 1.5, which goes to the even 1.5; rounded once to FP8 it would be 1.25
+    model = nn.Sequential(nn.Linear(1, 1), nn.Linear(1, 1, bias=False), nn.Linear(1, 1))
+    repro.quantize_model(model, "fp8")
+    layer = model[1]
+    layer(torch.ones(3, 1)).backward(torch.tensor([[1.25], [0.125], [-(2.0**-12)]]))
+    assert layer.weight.grad.item() == 1.5

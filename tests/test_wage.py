@@ -95,3 +95,16 @@ def test_options_outside_their_range_are_refused(options, message):
 @pytest.mark.parametrize("options", [{"bits_w": 16}, {"bits_a": 2}, {"lr": 0.5}])
 def test_options_at_the_ends_of_their_range_are_accepted(options):
     assert build_method("wage", **options).opts.items() >= options.items()
+
+
+def test_the_optimizers_group_rate_reaches_the_update_through_its_step_hooks():
+    model = nn.Sequential(nn.Linear(4, 6), nn.Linear(6, 6), nn.Linear(6, 2))
+    method = build_method("wage")
+    repro.quantize_model(model, method)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    method.make_optimizer(model, opt)
+    for lr in (0.1, 0.05):  # the scheduler halves the rate; lr0 stays the first step's
+        opt.param_groups[0]["lr"] = lr
+        model(torch.randn(3, 4)).sum().backward()
+        opt.step()
+        assert model[1].int8.state_dict()["lr0"] == 0.1
