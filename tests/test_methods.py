@@ -4,7 +4,9 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
+import repro
 from repro.methods import build_method, list_methods
 from repro.methods.daiq import mcs_update
 from repro.methods.ui8 import cosine_distance, lr_factor, search_clip
@@ -341,3 +343,15 @@ def test_every_module_and_folder_of_repro_methods_registers_a_method():
 def test_only_methods_whose_layers_scale_learning_rates_say_so():
     scaling = [name for name in list_methods() if build_method(name).scales_learning_rates]
     assert scaling == ["ui8"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("method", list_methods())
+def test_a_quantized_layer_keeps_its_models_dtype_forward_and_backward(method, dtype):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 5), nn.Linear(5, 3), nn.Linear(3, 2)).to(dtype)
+    repro.quantize_model(model, method)
+    h = torch.randn(6, 5, dtype=dtype, requires_grad=True)
+    y = model[1](h)
+    y.sum().backward()
+    assert (y.dtype, h.grad.dtype, model[1].weight.grad.dtype) == (dtype, dtype, dtype)

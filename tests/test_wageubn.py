@@ -300,8 +300,8 @@ def test_quantize_only_turns_on_one_path(part):
     assert (nn.ReLU in swaps) == (part in ("A", "E1"))
     assert method.parts == {part}
     assert method.make_optimizer(nn.Linear(2, 2), torch.optim.SGD([nn.Parameter(torch.ones(1))])) is None
-    if part == "BN":
-        assert method.bn_quant.k_bn == 8  # Table II's label kBN = 8
+    if part == "BN":  # Table II's label kBN = 8; gamma's and beta's gradients stay float (GW is its own row)
+        assert method.bn_quant.k_bn == 8 and method.bn_quant.k_grad is None
 
 
 def test_bad_option_is_one_clear_error():

@@ -76,6 +76,6 @@ def round_to(
         if rounding == "nearest":
             v = v.round_()
         else:
-            v = v.add_(torch.rand(v.shape, generator=generator, dtype=v.dtype)).floor_()
+            v = v.add_(torch.rand(v.shape, generator=generator)).floor_()  # float32, as x
         out[small] = v * ulp
     return out.clamp_(-fmt.max, fmt.max)
