@@ -380,3 +380,30 @@ def test_rows_without_paper_numbers_pending_baselines_and_mixed_schedules():
     assert meta["dataset_used"] == f"fashion-mnist {stand_in}; mnist {stand_in}"
     assert meta["training_seconds"] == 10.3
     assert "on data from the default data root)" in meta["disclaimer"]
+
+
+def test_rows_after_a_blocked_row_are_measured_and_every_rows_data_is_named():
+    twice = (
+        Reported(Source("UI8", "Table 6", "GQ"), int8=68.9),
+        Reported(Source("UI8", "Table 7", "GQ"), int8=69.1),
+    )
+    rows = (
+        ROWS[-1],  # blocked, first
+        Row("resnet18", "gq", _source("GQ twice"), paper_int8=69.0, also_reported=twice),
+        Row("resnet18", "daiq", _source("DAIQ mnist"), paper_int8=69.5),
+    )
+    plan = make_plan(Spec("t-order", "DAIQ", "Table 4", "Order", rows), "embedded", [0], None, "2")
+    outcomes = {}
+    for rp, dataset in zip(plan.rows[1:], ("fashion-mnist", "mnist"), strict=True):
+        ((_, fp32, int8),) = rp.cells
+        outcomes[fp32.key] = Outcome({**_result(70.0, 10.0), "dataset": dataset})
+        outcomes[int8.key] = Outcome({**_result(71.0, 10.0), "dataset": dataset})
+    frame, meta = render.summarize(plan, outcomes)
+    assert frame["status"].tolist() == ["not implemented: needs a 3-D kernel", "ok", "ok"]
+    assert "fashion-mnist" in meta["dataset_used"] and "mnist (" in meta["dataset_used"]
+    assert meta["footnotes"] == [
+        "DAIQ Table 4, row 'GQ twice' prints INT8 69.00; also printed as: UI8 Table 6, row 'GQ': INT8 68.90; "
+        "UI8 Table 7, row 'GQ': INT8 69.10."
+    ]
+    md = render.markdown(frame, {**meta, "command": "make t-order", "wall_seconds": 1.0}).splitlines()
+    assert md[-2] == "" and md[-1].startswith("Generated ")
