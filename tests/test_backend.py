@@ -752,3 +752,16 @@ def test_every_route_is_exact_at_the_int32_limit(monkeypatch, route):
     want = reference.linear_input_grad(gl, wl)
     assert want.abs().max() == 127**2 * LIMIT_K
     assert_same(cpu.linear_input_grad(gl, wl), want, f"{route}: linear input grad")
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_cpu_weight_grad_of_a_wide_weight_comes_channels_last_without_a_copy(nd):
+    # Cout * Cin * prod(k) > N * positions: the product is (Cout, prod(k), Cin), a channels-last weight's
+    # layout, and is returned as that view (a channels-last model's .grad then needs no copy)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(-127, 128, (2, 16, *([4] * nd)), dtype=torch.int8, generator=gen)
+    g = torch.randint(-127, 128, (2, 8, *([4] * nd)), dtype=torch.int8, generator=gen)
+    w_shape = (8, 16, *([3] * nd))
+    dw = cpu.conv_weight_grad(x, g, w_shape, 1, 1, 1, 1)
+    assert dw.stride()[:2] == (16 * 3**nd, 1) and dw.stride()[-1] == 16
+    assert_same(dw, reference.conv_weight_grad(x, g, w_shape, 1, 1, 1, 1), "dw")

@@ -263,8 +263,10 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
                     # (B*a, B*b) -> (B, a, B, b) -> diagonal blocks (a, b, B)
                     part[j, g0:g1] = r.view(g1 - g0, a, g1 - g0, b).diagonal(dim1=0, dim2=2).permute(2, 0, 1)
         dw = part if dw is None else dw.add_(part)
-    if groups == 1 and wide:  # (Cout, prod(k), Cin) -> (Cout, Cin, *k)
-        return dw.view(cout, ntap, cin).transpose(1, 2).reshape(cout, cin, *k).contiguous()
+    if groups == 1 and wide:
+        # (Cout, prod(k), Cin) is (Cout, Cin, *k) channels-last, the layout of a channels-last model's weight:
+        # returned as that view, the gradient reaches .grad without a copy (two copies before, measured)
+        return dw.view(cout, *k, cin).movedim(-1, 1)
     # (prod(k), groups, a, b) -> (groups, b, a, prod(k)) -> (Cout, a, *k)
     dw = dw.view(ntap, groups, a, b).permute(1, 3, 2, 0)
     return dw.reshape(cout, a, *k).contiguous()
