@@ -706,6 +706,8 @@ def force_route(monkeypatch, route: str) -> None:
         monkeypatch.setenv("REPRO_CPU_GEMM", "native")
         cpu.clear_route_caches()
         return
+    monkeypatch.setenv("REPRO_CPU_GEMM", "torch")  # depthwise too: its block-diagonal matmuls
+    cpu.clear_route_caches()
     if not routes.onednn_exact():
         pytest.skip("oneDNN's int8 convolution is not exact on this CPU")
     monkeypatch.setattr(routes, "SMALL_OUT", 0)

@@ -145,9 +145,12 @@ def clear_route_caches() -> None:
 
 
 def native_depthwise(nd: int, groups: int, cin: int, cout: int) -> bool:
-    """Depthwise 2-D convolutions go to the native kernels where the native GEMM is the route (as
-    block-diagonal matmuls they multiplied 63 zeros for every useful product)."""
-    return nd == 2 and groups == cin == cout and groups > 1 and not torch_int8_fast()
+    """Depthwise 2-D convolutions go to the native kernels wherever they are built, VNNI or not (as
+    block-diagonal matmuls they multiply 63 zeros for every useful product); REPRO_CPU_GEMM=torch keeps
+    them on torch's kernels."""
+    if not (nd == 2 and groups == cin == cout and groups > 1):
+        return False
+    return os.environ.get("REPRO_CPU_GEMM") != "torch" and native_available()
 
 
 def im2col_route(k, p, out, groups: int) -> bool:
