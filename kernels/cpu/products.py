@@ -205,7 +205,7 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
             elif list(taps) != list(range(k[i])):
                 w_sub = w_sub.index_select(2 + i, torch.tensor(taps, dtype=torch.long))
         if flipped:
-            w_sub = w_sub.flip(flipped)  # about 4x faster than an index_select per dimension (measured)
+            w_sub = w_sub.flip(flipped)  # one pass, not an index_select per dimension (docs/measurements.md)
         dil = tuple(plan[1] for _, _, plan in combo)
         pad = tuple(plan[2] for _, _, plan in combo)
         crop = tuple(slice(plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
@@ -267,7 +267,7 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
         dw = part if dw is None else dw.add_(part)
     if groups == 1 and wide:
         # (Cout, prod(k), Cin) is (Cout, Cin, *k) channels-last, the layout of a channels-last model's weight:
-        # returned as that view, the gradient reaches .grad without a copy (two copies before, measured)
+        # returned as that view, the gradient reaches .grad without a copy (docs/measurements.md)
         return dw.view(cout, *k, cin).movedim(-1, 1)
     # (prod(k), groups, a, b) -> (groups, b, a, prod(k)) -> (Cout, a, *k)
     dw = dw.view(ntap, groups, a, b).permute(1, 3, 2, 0)
