@@ -1,4 +1,5 @@
-"""The backends' exact int8 products as torch custom ops (``torch.ops.repro_int8.*``), for torch.compile.
+"""The backends' exact int8 products and their stochastic quantizer as torch custom ops
+(``torch.ops.repro_int8.*``), for torch.compile.
 
 A backend call is opaque to Dynamo (ctypes, CPU probes, CuPy launches): called directly inside a compiled
 model it breaks the graph. Registered with ``torch.library.custom_op`` and a fake (meta) implementation,
@@ -11,6 +12,10 @@ one fixed layout per device, which the fake implementation states (compiled code
 the fake's strides): on the CPU, convolution outputs and input gradients channels-last (C innermost, any
 rank: what the CPU backend already returns), on CUDA contiguous; weight gradients and linear products
 contiguous everywhere.
+
+Stochastic rounding is an op too: inductor's CPU code draws its random numbers one element at a time
+(docs/measurements.md: 7x the backend's vectorised Philox pass), and as an op the compiled step draws the
+eager backends' noise, one key per call from torch's default generator.
 """
 
 from __future__ import annotations
@@ -155,6 +160,34 @@ def linear_weight_grad(xq: torch.Tensor, gq: torch.Tensor) -> torch.Tensor:
 @linear_weight_grad.register_fake
 def _(xq, gq):
     return _empty((gq.shape[1], xq.shape[1]), _contiguous_strides((gq.shape[1], xq.shape[1])), xq)
+
+
+# ---------------------------------------------------------------------------------- stochastic rounding
+@torch.library.custom_op(f"{NAMESPACE}::quantize_stochastic", mutates_args=())
+def quantize_stochastic(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    axis: int | None,
+    count_axis: int | None,
+    thresholds: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Codes of x (x's layout) and, with thresholds, the counts of |x| > thresholds per slice along
+    count_axis (None: the whole tensor; no thresholds: an empty count)."""
+    above = None if thresholds is None else (count_axis, thresholds)
+    out = _backend(x).quantize(x, scale, axis, "stochastic", None, above)
+    q, counts = (out, x.new_empty(0, dtype=torch.int64)) if above is None else out
+    return _laid_out(q, _code_strides(x)), counts
+
+
+def _code_strides(x: torch.Tensor) -> tuple[int, ...]:
+    return torch.empty_like(x, dtype=torch.int8, device="meta").stride()
+
+
+@quantize_stochastic.register_fake
+def _(x, scale, axis, count_axis, thresholds):
+    q = torch.empty_strided(x.shape, _code_strides(x), dtype=torch.int8, device=x.device)
+    n = 0 if thresholds is None else (1 if count_axis is None else x.shape[count_axis])
+    return q, x.new_empty(n, dtype=torch.int64)
 
 
 PRODUCTS = (

@@ -3,28 +3,34 @@
 The eager backends (kernels.cpu, kernels.cuda) are opaque to Dynamo: ctypes and CuPy calls, host checks of
 every input. Here the same interface is written so that a compiled training step is one graph:
 
-- the products are the registered ops of kernels.ops (one graph node each, the eager backend inside);
-- absmax, the per-channel statistics, quantization and the dequantizing epilogue are plain torch ops, which
-  inductor fuses with the op that produces their input (BatchNorm, ReLU) or consumes their output;
-- a NaN or Inf is neither raised (that would read the tensor on the host inside the graph) nor flagged
-  in a global tensor (AOTAutograd cannot partition a graph input mutated in both the forward and the
-  backward pass): it propagates instead. max|x| of such an input is NaN or Inf, so the scale, and with it
-  the layer's output or gradient, is NaN; the loss or the next step's loss is NaN, which the run recorder
-  checks every iteration (tasks.run_recorder.check_loss): a diverged compiled run is recorded as diverged,
-  at most one iteration later than eager.
+- the products and stochastic rounding are registered ops of kernels.ops (one graph node each, the eager
+  backend inside);
+- absmax, the per-channel statistics, nearest-rounding quantization and the dequantizing epilogue are plain
+  torch ops, which inductor fuses with the op that produces their input (BatchNorm, ReLU) or consumes their
+  output;
+- a NaN or Inf met by those torch ops is neither raised (that would read the tensor on the host inside the
+  graph) nor flagged in a global tensor (AOTAutograd cannot partition a graph input mutated in both the
+  forward and the backward pass): it propagates instead. max|x| of such an input is NaN or Inf, so the
+  scale, and with it the layer's output or gradient, is NaN; the loss or the next step's loss is NaN, which
+  the run recorder checks every iteration (tasks.run_recorder.check_loss): a diverged compiled run is
+  recorded as diverged, at most one iteration later than eager. The stochastic quantizer (the eager
+  backend's) raises NonFiniteError as in eager.
 
 Nearest rounding is repro.quant's arithmetic step for step (inv = reciprocal(s) * 127 in fp32, clamp,
-round half to even): bit-identical to the eager backends. Stochastic rounding is floor(v + u) with u from
-torch's generator as the compiled graph draws it (inductor's Philox), not the eager backends' per-call
-Philox key: unbiased, reproducible for a seed under compile, but another noise stream than eager
-(NOISE_STREAM names it; a compiled table cell's key holds it). The per-channel standard deviation comes
-from float64 first and second moments as in the eager backends (the summation order may differ).
+round half to even): bit-identical to the eager backends. Stochastic rounding is the eager backends' own
+(one Philox key per call from torch's default generator): inductor's CPU code draws random numbers one
+element at a time, 7x slower. A compiled step draws the keys in its graph's order, which matched eager's in
+the tests (tests/test_compile.py); the gradients still differ from eager's by float rounding, since
+inductor sums BatchNorm in another order (NOISE_STREAM is in a compiled table cell's key). The per-channel
+standard deviation comes from float64 first and second moments as in the eager backends (the summation
+order may differ). Importing this module applies kernels.inductor_bool_store.
 """
 
 from __future__ import annotations
 
 import torch
 
+from . import inductor_bool_store
 from .backend import QMAX
 from .ops import (
     conv_forward,
@@ -33,6 +39,7 @@ from .ops import (
     linear_forward,
     linear_input_grad,
     linear_weight_grad,
+    quantize_stochastic,
 )
 
 __all__ = [
@@ -50,7 +57,9 @@ __all__ = [
     "quantize",
 ]
 
-NOISE_STREAM = "inductor-philox"
+NOISE_STREAM = "per-call-philox"
+
+inductor_bool_store.apply()  # before inductor writes the code of the graph being traced
 
 
 def _along(t: torch.Tensor, axis: int | None, ndim: int) -> torch.Tensor:
@@ -89,17 +98,18 @@ def quantize(x, scale, axis=None, rounding="nearest", generator=None, above=None
         raise ValueError(f"unknown rounding {rounding!r}; choose one of nearest, stochastic")
     if generator is not None:
         raise ValueError("a compiled quantizer draws its noise from torch's default generator")
-    xf = x.detach().float()
     ndim = x.dim()
     axis = None if axis is None else axis % max(1, ndim)
     s = torch.as_tensor(scale, dtype=torch.float32, device=x.device).detach()
+    if rounding == "stochastic":
+        count_axis = None if above is None or above[0] is None else above[0] % ndim
+        thresholds = None if above is None else above[1].detach().float()
+        q, counts = quantize_stochastic(x.detach(), s, axis, count_axis, thresholds)
+        return q if above is None else (q, counts)
+    xf = x.detach().float()
     inv = torch.where(s > 0, s.clamp_min(torch.finfo(torch.float32).tiny).reciprocal() * QMAX, 0.0)
     v = (xf * _along(inv, axis, ndim)).clamp(-QMAX, QMAX)
-    if rounding == "nearest":
-        v = v.round()
-    else:
-        v = (v + torch.rand_like(v)).floor().clamp(-QMAX, QMAX)
-    q = v.to(torch.int8)
+    q = v.round().to(torch.int8)
     if above is None:
         return q
     dim, thresholds = above

@@ -49,7 +49,7 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="train every cell under torch.compile (cells of their own: the key names the compiled noise)",
+        help="train every cell under torch.compile (cells of their own: their key says compiled)",
     )
     p.add_argument(
         "--cached-only",

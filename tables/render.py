@@ -298,8 +298,10 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
     ]
     if plan.numerics and "+compiled:" in plan.numerics:
         header.append(
-            "Every cell trained under torch.compile: gradients' stochastic rounding drew the compiled "
-            f"graph's noise (numerics {plan.numerics}), not the eager backends'."
+            "Every cell trained under torch.compile (numerics "
+            f"{plan.numerics}): the eager backends' products and gradient noise, BatchNorm and the "
+            "quantizers' scales computed by inductor's code, so the results differ from eager ones by "
+            "float rounding."
         )
     n_cells = len(plan.cells)
     return {

@@ -115,6 +115,31 @@ def test_traceable_stochastic_rounding_is_unbiased_and_repeats_for_a_seed():
     assert ((draws.mean(dim=0) - v).abs() <= 5 * se).all()
 
 
+@pytest.mark.parametrize("above", [None, (None, 0.5), (1, 0.5)], ids=["codes", "count-all", "per-channel"])
+def test_the_stochastic_quantizer_op_passes_opcheck_and_draws_the_eager_noise(above):
+    x = torch.randn(3, 5, 4, 4, generator=torch.Generator().manual_seed(2))
+    x = x.to(memory_format=torch.channels_last)
+    s = x.abs().amax()
+    thresholds = None if above is None else torch.full((1 if above[0] is None else 5,), above[1])
+    args = (x, s, None, None if above is None else above[0], thresholds)
+    torch.library.opcheck(ops.quantize_stochastic, args, test_utils=("test_schema", "test_faketensor"))
+    assert _fake_strides(lambda *a: ops.quantize_stochastic(*a)[0], *args) == x.stride()
+    counted = None if above is None else (above[0], thresholds)
+    torch.manual_seed(7)
+    traced = traceable.quantize(x, s, rounding="stochastic", above=counted)
+    torch.manual_seed(7)
+    eager = kernels.cpu.quantize(x, s, rounding="stochastic", above=counted)
+    traced, eager = ((t,) if above is None else t for t in (traced, eager))
+    assert all(map(torch.equal, traced, eager)) and len(traced) == len(eager)
+    assert traced[0].stride() == x.stride()  # codes in the input's layout, as the fake states
+
+
+def test_the_traceable_stochastic_quantizer_raises_on_a_nan_as_eager_does():
+    x = torch.tensor([[1.0, float("nan"), 2.0]])
+    with pytest.raises(kernels.NonFiniteError):
+        traceable.quantize(x, torch.tensor(2.0), rounding="stochastic")
+
+
 def test_traceable_quantizer_propagates_a_nan_or_inf_into_the_scale_and_the_product():
     for bad in (float("nan"), float("inf")):
         x = torch.tensor([[1.0, bad, 2.0]])
@@ -175,6 +200,30 @@ def test_compiled_forward_is_bit_identical_and_training_does_not_recompile_after
     assert counters["stats"]["unique_graphs"] == graphs  # no recompilation
     assert all(map(torch.isfinite, torch.tensor(losses)))
     assert int(model[3].int8._steps) == 5 and model[3].int8.scale.shape == (32,)
+
+
+def _grads(model):
+    return [p.grad for n, p in model.named_parameters() if n.endswith("weight") and p.dim() > 1]
+
+
+def test_a_compiled_training_step_draws_the_same_gradient_noise_as_eager():
+    """gq rounds every gradient stochastically: compiled and eager gradients agree to float rounding
+    (inductor sums BatchNorm in another order) for one seed, and differ at the noise's size for another."""
+    torch._dynamo.reset()
+    eager, other = (quantize_model(_net(), "gq") for _ in range(2))
+    x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
+    compiled = torch.compile(other)
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        _train_step(compiled, x, y)
+    torch.manual_seed(2)
+    _train_step(eager, x, y)
+    same = [float((a - b).norm() / a.norm()) for a, b in zip(_grads(eager), _grads(other), strict=True)]
+    assert max(same) < 1e-4, same
+    torch.manual_seed(3)
+    _train_step(eager, x, y)
+    noise = [float((a - b).norm() / a.norm()) for a, b in zip(_grads(eager), _grads(other), strict=True)]
+    assert max(noise) > 1e-3, noise
 
 
 @pytest.mark.parametrize("clip", [True, False])
