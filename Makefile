@@ -134,7 +134,8 @@ $(DETECTION_TABLES): SEEDS = 1
 TABLE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
              $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) $(if $(COMPILE),--compile)
 SPEED_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DEVICE),--device $(DEVICE)) \
-             $(if $(BATCH),--batch $(BATCH)) $(if $(SIZE),--size $(SIZE)) $(if $(ROUNDS),--rounds $(ROUNDS))
+             $(if $(BATCH),--batch $(BATCH)) $(if $(SIZE),--size $(SIZE)) $(if $(ROUNDS),--rounds $(ROUNDS)) \
+             $(if $(COMPILE),--compile)
 
 .PHONY: tables $(TABLES)
 

@@ -55,7 +55,7 @@ class Variant:
     compiled: bool = False  # the model under torch.compile (after its first, eager, warm-up step)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "precision": self.precision,
             "method": self.method,
@@ -64,6 +64,9 @@ class Variant:
             "channels_last": self.channels_last,
             "tf32": self.tf32,
         }
+        if self.compiled:  # only then: the keys of eager timing cells stay as they were
+            out["compiled"] = True
+        return out
 
 
 def float_variants(device: torch.device) -> list[Variant]:
@@ -80,6 +83,14 @@ def float_variants(device: torch.device) -> list[Variant]:
 def int8_variant(method: str, **options: Any) -> Variant:
     name = method if not options else method + "[" + ",".join(f"{k}={v}" for k, v in options.items()) + "]"
     return Variant(name, "INT8", method=method, options=options)
+
+
+COMPILED_SUFFIX = "+compile"
+
+
+def compiled_copies(variants: Sequence[Variant]) -> list[Variant]:
+    """Each variant again under torch.compile, named "<name>+compile"."""
+    return [dataclasses.replace(v, name=v.name + COMPILED_SUFFIX, compiled=True) for v in variants]
 
 
 def _sync(device: torch.device) -> None:
@@ -239,6 +250,10 @@ def time_variants(
     gen = torch.Generator().manual_seed(0)
     x = torch.randn((batch, 3, size, size), generator=gen).to(device)
     y = torch.randint(0, num_classes, (batch,), generator=gen).to(device)
+    if any(v.compiled for v in variants):
+        # every compiled copy of the network takes its own cache entries of the same code objects
+        limit = 8 * len(variants)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
     runners = {v.name: _Runner(v, base, device, num_classes) for v in variants}
     del base
     samples = {v.name: {p: list((done or {}).get(v.name, {}).get(p, [])) for p in PHASES} for v in variants}
@@ -299,9 +314,7 @@ def time_steps(
         else:
             variants.append(int8_variant(m))
     if compiled:
-        variants += [dataclasses.replace(v, name=f"{v.name}+compile", compiled=True) for v in variants]
-        # every compiled copy of the network takes its own cache entries of the same code objects
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 8 * len(variants))
+        variants += compiled_copies(variants)
     out = time_variants(
         variants, model=model_name, batch=batch, size=size, device=device, rounds=rounds, warmup=warmup,
         num_classes=10, memory=False,

@@ -130,9 +130,16 @@ def half_variant(device: torch.device) -> str:
     return "fp16" if device.type == "cuda" else "bf16"
 
 
-def make_cell(spec, profile: str, device: torch.device, batch=None, size=None, rounds=None) -> TimingCell:
+def make_cell(
+    spec, profile: str, device: torch.device, batch=None, size=None, rounds=None, compiled: bool = False
+) -> TimingCell:
+    """compiled: every variant also under torch.compile, timed in the same rounds (step-time tables)."""
     s = setting(profile, device, spec.kind)
+    if compiled and spec.kind != "step-time":
+        raise ValueError(f"{spec.name} times UI8's clip-search period; --compile applies to step-time tables")
     variants = step_variants(device) if spec.kind == "step-time" else period_variants()
+    if compiled:
+        variants += steptime.compiled_copies(variants)
     return TimingCell(
         kind=spec.kind,
         model=spec.model,
@@ -242,6 +249,59 @@ def _header(spec, cell: TimingCell, device: torch.device, what: str) -> list[str
     return lines
 
 
+COMPILED_NOTE = (
+    "The same variant under torch.compile (compiled after one eager step; compile time not counted). Its "
+    "iter / FP16 and iter / FP32 are against the compiled FP16 and FP32 rows."
+)
+
+
+def _compiled_records(spec, cell, samples, peaks, names, info, footnotes) -> list[dict]:
+    """One row per timed variant of the spec under torch.compile, after the paper's rows."""
+    suffix = steptime.COMPILED_SUFFIX
+    if not any(v.compiled for v in cell.variants):
+        return []
+    half, fp32 = names.get(HALF, "fp16") + suffix, "fp32" + suffix
+    mark = footnotes.setdefault(COMPILED_NOTE, len(footnotes) + 1)
+    records = []
+    for row in spec.rows:
+        name = names[row.variant] + suffix
+        s = samples.get(name)
+        if s is None:
+            continue
+        med = steptime.medians_ms(s)
+        label = row.label if row.variant != HALF or info["kind"] == "cuda" else f"{row.label} (bf16)"
+        rec = {
+            "precision": row.precision,
+            "method": name,
+            "label": f"{label}, compiled",
+            "paper_forward_ms": None,
+            "paper_backward_ms": None,
+            "paper_iteration_ms": None,
+            "forward_ms": med.get("forward"),
+            "backward_ms": med.get("backward"),
+            "iteration_ms": med.get("iteration"),
+            "peak_memory_mb": peaks.get(name),
+            "device": devices.label(info),
+            "batch": cell.batch,
+            "size": cell.size,
+            "profile": cell.profile,
+            "rounds": cell.rounds,
+            "source": "not in the paper",
+            "paper_iteration_vs_fp16": None,
+            "paper_iteration_vs_fp32": None,
+            "notes": f"[{mark}] {COMPILED_NOTE}",
+            "_marks": [mark],
+        }
+        for base, col in ((half, "fp16"), (fp32, "fp32")):
+            b = samples.get(base)
+            rec[f"iteration_vs_{col}"] = steptime.paired_ratio(s["iteration"], b["iteration"]) if b else None
+            if col == "fp16":
+                rec["forward_vs_fp16"] = steptime.paired_ratio(s["forward"], b["forward"]) if b else None
+                rec["backward_vs_fp16"] = steptime.paired_ratio(s["backward"], b["backward"]) if b else None
+        records.append(rec)
+    return records
+
+
 def render_step(spec: StepTimeSpec, cell: TimingCell, result: dict, device: torch.device):
     samples, peaks = result["samples"], result["peak_memory_mb"]
     half = half_variant(device)
@@ -294,6 +354,7 @@ def render_step(spec: StepTimeSpec, cell: TimingCell, result: dict, device: torc
         rec["notes"] = " ".join(f"[{m}] {n}" for m, n in zip(marks, notes, strict=True))
         rec["_marks"] = marks
         records.append(rec)
+    records += _compiled_records(spec, cell, samples, peaks, names, info, footnotes)
     frame = pd.DataFrame.from_records(records)
     marks = frame.pop("_marks").tolist()
     frame = frame[STEP_CSV]
@@ -420,6 +481,7 @@ def generate_speed(
     progress: bool = True,
     command: str | None = None,
     on_round=None,
+    compiled: bool = False,
 ) -> SpeedGenerated:
     from tables.specs import get_spec
 
@@ -431,7 +493,7 @@ def generate_speed(
             raise ValueError(f"{what} must be at least 1, got {v}")
     results_dir = Path(results_dir)
     cache = Cache(results_dir / "cache")
-    cell = make_cell(spec, profile, dev, batch, size, rounds)
+    cell = make_cell(spec, profile, dev, batch, size, rounds, compiled)
     result, cached = run_cell(cell, cache, dev, progress=progress, on_round=on_round)
     render = render_step if spec.kind == "step-time" else render_period
     frame, md = render(spec, cell, result, dev)

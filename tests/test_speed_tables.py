@@ -158,3 +158,40 @@ def test_peak_step_memory_is_never_negative():
     with steptime.cpu_memory_accounting():
         peak = steptime.peak_step_memory(runner, None, None)
     assert peak is None or peak >= 0
+
+
+def _tiny_resnet(num_classes=1000):
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes),
+    )  # fmt: skip
+
+
+def test_a_compiled_step_time_table_adds_a_compiled_row_per_variant(tmp_path, monkeypatch):
+    from repro import steptime
+
+    monkeypatch.setitem(steptime.MODELS, "resnet50", _tiny_resnet)  # compiling ResNet-50 six times: minutes
+    torch._dynamo.reset()
+    gen = generate_speed("table7", profile="smoke", device="cpu", results_dir=tmp_path, progress=False,
+                         compiled=True)  # fmt: skip
+    frame = gen.frame
+    compiled = frame[frame["method"].str.endswith("+compile")]
+    assert list(compiled["method"]) == [
+        "fp32+compile",
+        "bf16+compile",
+        "daiq+compile",
+        "ui8+compile",
+        "gq+compile",
+    ]
+    assert compiled["label"].str.endswith(", compiled").all() and compiled["paper_iteration_ms"].isna().all()
+    assert (compiled["iteration_ms"] > 0).all()
+    assert compiled.loc[compiled["method"] == "fp32+compile", "iteration_vs_fp32"].tolist() == [1.0]
+    assert compiled.loc[compiled["method"] == "bf16+compile", "iteration_vs_fp16"].tolist() == [1.0]
+    assert "FP32, compiled" in gen.markdown and "under torch.compile" in gen.markdown
+    eager = make_cell(get_spec("table7"), "smoke", devices.resolve("cpu"))
+    assert gen.cell.key != eager.key and eager.variants == [v for v in gen.cell.variants if not v.compiled]
+    with pytest.raises(ValueError, match="step-time"):
+        make_cell(get_spec("ui8-table2"), "smoke", devices.resolve("cpu"), compiled=True)
