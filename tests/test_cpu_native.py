@@ -54,7 +54,9 @@ SHAPES = [
     (2, 5, 4, 3),
     (4, 16, 9, 11),
     (3, 24, 7, 7),
+    (2, 40, 3, 5),  # channels-last: a 32-channel block (16-lane Philox where built) and an 8-lane one
     (2, 12, 3, 5, 6),
+    (1, 72, 2, 3, 2),
 ]
 
 
@@ -121,8 +123,8 @@ def test_stochastic_rounding_is_unbiased_on_both_vector_paths():
 def test_statistics_and_counts():
     gen = torch.Generator().manual_seed(1)
     for make in LAYOUTS.values():
-        x = make(torch.randn(6, 24, 7, 5, generator=gen) * 2 + 0.4)
-        flat = x.movedim(1, 0).reshape(24, -1)
+        x = make(torch.randn(6, 40, 7, 5, generator=gen) * 2 + 0.4)
+        flat = x.movedim(1, 0).reshape(40, -1)
         amax, sigma = cpu.channel_stats(x, 1)
         assert torch.equal(amax, flat.abs().amax(1))
         torch.testing.assert_close(sigma, flat.std(1, correction=0), rtol=1e-5, atol=0)

@@ -34,12 +34,13 @@ EVERY = ["default_hooks.checkpoint.iter_interval=2", "default_hooks.checkpoint.m
 TRAIN = ["train", "--model", "resnet18", "--method", "daiq", "--profile", "smoke", "--json"]
 
 
-def _repro(work: Path, kill_at: int | None = None) -> subprocess.CompletedProcess:
+def _repro(work: Path, kill_at: int | None = None, compiled: bool = False) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("REPRO_FAULT_KILL_AT", None)
     if kill_at is not None:
         env["REPRO_FAULT_KILL_AT"] = str(kill_at)
     cmd = [sys.executable, str(REPO / "tests" / "faults.py"), *TRAIN, "--work-dir", str(work)]
+    cmd += ["--compile"] if compiled else []
     return subprocess.run(
         [*cmd, "--cfg-options", *EVERY], env=env, capture_output=True, text=True, timeout=300
     )
@@ -90,6 +91,25 @@ def test_a_sigkilled_run_resumes_and_ends_as_the_uninterrupted_one(tmp_path):
         assert _same(a[key], b[key]), key
     assert _same(a["meta"]["repro_rng"], b["meta"]["repro_rng"])
     assert not list(work.glob("iter_*.pth")) and not list(work.glob(".*.tmp"))  # superseded, removed
+
+
+@pytest.mark.slow
+def test_a_compiled_run_killed_after_an_epoch_resumes_under_compile_and_ends_as_the_whole_one(tmp_path):
+    """MMEngine's compile=True wraps the model; its checkpoints hold the plain model's keys, and a
+    compiled run resumes from them into a freshly compiled model."""
+    D.ensure_digits()
+    whole = _result(_repro(tmp_path / "whole", compiled=True))
+    work = tmp_path / "killed"
+    first = _repro(work, kill_at=3, compiled=True)  # killed as epoch 2 starts, after epoch_1.pth
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    resumed = _result(_repro(work, compiled=True))
+    assert resumed["resumed_from"] == str(work / "epoch_1.pth")
+    for key in ("iters", "epochs", "final_loss", "top1", "diverged"):
+        assert resumed[key] == whole[key], key
+    a, b = (torch.load(d / "epoch_2.pth", map_location="cpu") for d in (tmp_path / "whole", work))
+    assert not any("_orig_mod" in k for k in a["state_dict"])
+    for key in ("state_dict", "optimizer", "int8"):
+        assert _same(a[key], b[key]), key
 
 
 def _smoke(method: str, work: Path, **kw):

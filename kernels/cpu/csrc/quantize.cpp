@@ -452,6 +452,88 @@ static inline void row_counters(int64_t m0, __m256i lane, int64_t Rm, int64_t rb
     c1 = _mm256_blend_epi32(_mm256_srli_epi64(r_even, 32), r_odd, 0xAA);
 }
 
+#ifdef __AVX512F__
+template <int DT>
+static inline __m512 load16(const void* p, int64_t i) {
+    const auto* h = reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i);
+    if constexpr (DT == F32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+    else if constexpr (DT == BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h)), 16));
+    else return _mm512_cvtph_ps(_mm256_loadu_si256(h));
+}
+
+static inline __m512 abs16(__m512 v) { return _mm512_abs_ps(v); }
+
+static inline __m512 clamp16(__m512 v) {
+    return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-QMAXF)), _mm512_set1_ps(QMAXF));
+}
+
+// floor(v + u) exactly as codes_stochastic8 (the same float operations, lane by lane)
+static inline __m512 codes_stochastic16(__m512 x, __m512 inv, __m512 u) {
+    return clamp16(_mm512_roundscale_ps(_mm512_add_ps(clamp16(_mm512_mul_ps(x, inv)), u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+}
+
+static inline void store16(int8_t* q, __m512 v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
+}
+
+// rows r = rbase + (m0 + lane) * Rm of 16 lanes, as 64-bit: the low words in c0, the high ones in c1
+static inline void row_counters16(int64_t m0, int64_t Rm, int64_t rbase, __m512i& c0, __m512i& c1) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i mi = _mm512_add_epi32(_mm512_set1_epi32((int)m0), lane);
+    const __m512i r_even = _mm512_add_epi64(_mm512_mul_epu32(mi, _mm512_set1_epi64(Rm)), _mm512_set1_epi64(rbase));
+    const __m512i r_odd = _mm512_add_epi64(_mm512_mul_epu32(_mm512_srli_epi64(mi, 32), _mm512_set1_epi64(Rm)),
+                                           _mm512_set1_epi64(rbase));
+    c0 = _mm512_mask_blend_epi32(0xAAAA, r_even, _mm512_slli_epi64(r_odd, 32));
+    c1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(r_even, 32), r_odd);
+}
+
+// Blocks of 32 consecutive m (two chains of 16 Philox calls) of one (outer, j4) work item; returns the first
+// m left for the 8-lane code. The noise is the 8-lane code's: element (r, j) takes word j % 4 of its call.
+template <int DT>
+static int64_t stochastic_inner_blocks16(const void* x, int8_t* q, const Plan& p, int m, int64_t M, int64_t Rm,
+                                         int64_t rbase, int64_t base, int64_t j4, int64_t L, int64_t sj,
+                                         const int64_t* idx, const PhiloxKeys16& keys, uint32_t* cnt,
+                                         __mmask16& bad) {
+    const int last = p.ndim - 1;
+    int64_t m0 = 0;
+    for (; m0 + 32 <= M; m0 += 32) {
+        __m512i a0, a1, b0, b1;
+        row_counters16(m0, Rm, rbase, a0, a1);
+        row_counters16(m0 + 16, Rm, rbase, b0, b1);
+        __m512i a2 = _mm512_set1_epi32((int)j4), a3 = _mm512_setzero_si512(), b2 = a2, b3 = a3;
+        philox16x2(a0, a1, a2, a3, b0, b1, b2, b3, keys);
+        const __m512i words[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+        for (int w = 0; w < 4; ++w) {
+            const int64_t j = 4 * j4 + w;
+            if (j >= L) break;
+            for (int h = 0; h < 2; ++h) {
+                const int64_t mh = m0 + 16 * h, off = base + j * sj + mh;
+                __m512 inv;
+                if (!p.per_channel) inv = _mm512_set1_ps(p.inv[0]);
+                else if (p.axis == m) inv = _mm512_loadu_ps(p.inv + mh);
+                else inv = _mm512_set1_ps(p.inv[p.axis == last ? j : idx[p.axis]]);
+                const __m512 a = load16<DT>(x, off);
+                bad |= _mm512_cmp_ps_mask(abs16(a), _mm512_set1_ps(std::numeric_limits<float>::max()), _CMP_NLE_UQ);
+                store16(q + off, codes_stochastic16(a, inv, uniform16(words[h][w])));
+                if (cnt) {
+                    if (p.axis == m) {
+                        const __mmask16 gt = _mm512_cmp_ps_mask(abs16(a), _mm512_loadu_ps(p.thresh + mh), _CMP_GT_OQ);
+                        uint32_t* dst = cnt + mh;
+                        const __m512i cur = _mm512_loadu_si512(dst);
+                        _mm512_storeu_si512(dst, _mm512_mask_add_epi32(cur, gt, cur, _mm512_set1_epi32(1)));
+                    } else {
+                        const int64_t c = p.axis < 0 ? 0 : (p.axis == last ? j : idx[p.axis]);
+                        const __mmask16 gt = _mm512_cmp_ps_mask(abs16(a), _mm512_set1_ps(p.thresh[c]), _CMP_GT_OQ);
+                        cnt[c] += __builtin_popcount((unsigned)gt);
+                    }
+                }
+            }
+        }
+    }
+    return m0;
+}
+#endif
+
 // Stochastic rounding when the innermost dimension in memory, m, is not the last logical one (a
 // channels-last gradient): 8 consecutive m share a Philox call with its 4 words for 4 consecutive j.
 template <int DT>
@@ -468,6 +550,9 @@ static int quantize_stochastic_inner(const void* x, int8_t* q, const Plan& p, in
             outer *= p.size[d];
         }
     const PhiloxKeys keys(p.k0, p.k1);
+#ifdef __AVX512F__
+    const PhiloxKeys16 keys16(p.k0, p.k1);
+#endif
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const int64_t Rm = R[m];
     int bad = 0;
@@ -486,7 +571,13 @@ static int quantize_stochastic_inner(const void* x, int8_t* q, const Plan& p, in
         __m256 vb = _mm256_setzero_ps();
         __m256i n0 = _mm256_setzero_si256(), n1 = n0, n2 = n0, n3 = n0;  // the next block's words
         bool have_next = false;
-        for (int64_t m0 = 0; m0 < M; m0 += 8) {
+        int64_t first = 0;
+#ifdef __AVX512F__
+        __mmask16 bad16 = 0;
+        first = stochastic_inner_blocks16<DT>(x, q, p, m, M, Rm, rbase, base, j4, L, sj, idx, keys16, cnt, bad16);
+        bad |= bad16 != 0;
+#endif
+        for (int64_t m0 = first; m0 < M; m0 += 8) {
             __m256i c0, c1, c2, c3;
             if (have_next) {  // computed with the previous block
                 c0 = n0, c1 = n1, c2 = n2, c3 = n3;
