@@ -255,6 +255,36 @@ COMPILED_NOTE = (
 )
 
 
+def _measured(name, samples, peaks, cell, info, half, fp32) -> dict:
+    """A row's measured columns: medians, peak memory, the setting, and ratios to the `half` and `fp32`
+    variants within each round."""
+    s = samples.get(name)
+    med = steptime.medians_ms(s) if s else {}
+    rec = {
+        "forward_ms": med.get("forward"),
+        "backward_ms": med.get("backward"),
+        "iteration_ms": med.get("iteration"),
+        "peak_memory_mb": peaks.get(name) if s else None,
+        "device": devices.label(info),
+        "batch": cell.batch,
+        "size": cell.size,
+        "profile": cell.profile,
+        "rounds": cell.rounds,
+    }
+    for base, col in ((half, "fp16"), (fp32, "fp32")):
+        b = samples.get(base)
+        ok = s is not None and b is not None
+        rec[f"iteration_vs_{col}"] = steptime.paired_ratio(s["iteration"], b["iteration"]) if ok else None
+        if col == "fp16":
+            rec["forward_vs_fp16"] = steptime.paired_ratio(s["forward"], b["forward"]) if ok else None
+            rec["backward_vs_fp16"] = steptime.paired_ratio(s["backward"], b["backward"]) if ok else None
+    return rec
+
+
+def _label(row, info) -> str:
+    return row.label if row.variant != HALF or info["kind"] == "cuda" else f"{row.label} (bf16)"
+
+
 def _compiled_records(spec, cell, samples, peaks, names, info, footnotes) -> list[dict]:
     """One row per timed variant of the spec under torch.compile, after the paper's rows."""
     suffix = steptime.COMPILED_SUFFIX
@@ -265,40 +295,24 @@ def _compiled_records(spec, cell, samples, peaks, names, info, footnotes) -> lis
     records = []
     for row in spec.rows:
         name = names[row.variant] + suffix
-        s = samples.get(name)
-        if s is None:
+        if name not in samples:
             continue
-        med = steptime.medians_ms(s)
-        label = row.label if row.variant != HALF or info["kind"] == "cuda" else f"{row.label} (bf16)"
-        rec = {
-            "precision": row.precision,
-            "method": name,
-            "label": f"{label}, compiled",
-            "paper_forward_ms": None,
-            "paper_backward_ms": None,
-            "paper_iteration_ms": None,
-            "forward_ms": med.get("forward"),
-            "backward_ms": med.get("backward"),
-            "iteration_ms": med.get("iteration"),
-            "peak_memory_mb": peaks.get(name),
-            "device": devices.label(info),
-            "batch": cell.batch,
-            "size": cell.size,
-            "profile": cell.profile,
-            "rounds": cell.rounds,
-            "source": "not in the paper",
-            "paper_iteration_vs_fp16": None,
-            "paper_iteration_vs_fp32": None,
-            "notes": f"[{mark}] {COMPILED_NOTE}",
-            "_marks": [mark],
-        }
-        for base, col in ((half, "fp16"), (fp32, "fp32")):
-            b = samples.get(base)
-            rec[f"iteration_vs_{col}"] = steptime.paired_ratio(s["iteration"], b["iteration"]) if b else None
-            if col == "fp16":
-                rec["forward_vs_fp16"] = steptime.paired_ratio(s["forward"], b["forward"]) if b else None
-                rec["backward_vs_fp16"] = steptime.paired_ratio(s["backward"], b["backward"]) if b else None
-        records.append(rec)
+        records.append(
+            {
+                "precision": row.precision,
+                "method": name,
+                "label": f"{_label(row, info)}, compiled",
+                "paper_forward_ms": None,
+                "paper_backward_ms": None,
+                "paper_iteration_ms": None,
+                **_measured(name, samples, peaks, cell, info, half, fp32),
+                "source": "not in the paper",
+                "paper_iteration_vs_fp16": None,
+                "paper_iteration_vs_fp32": None,
+                "notes": f"[{mark}] {COMPILED_NOTE}",
+                "_marks": [mark],
+            }
+        )
     return records
 
 
@@ -314,33 +328,16 @@ def render_step(spec: StepTimeSpec, cell: TimingCell, result: dict, device: torc
     records = []
     for row in spec.rows:
         name = names[row.variant]
-        s = samples.get(name)
-        med = steptime.medians_ms(s) if s else {}
         rec = {
             "precision": row.precision,
             "method": name,
-            "label": row.label if row.variant != HALF or device.type == "cuda" else f"{row.label} (bf16)",
+            "label": _label(row, info),
             "paper_forward_ms": row.paper_forward_ms,
             "paper_backward_ms": row.paper_backward_ms,
             "paper_iteration_ms": row.paper_iteration_ms,
-            "forward_ms": med.get("forward"),
-            "backward_ms": med.get("backward"),
-            "iteration_ms": med.get("iteration"),
-            "peak_memory_mb": peaks.get(name) if s else None,
-            "device": devices.label(info),
-            "batch": cell.batch,
-            "size": cell.size,
-            "profile": cell.profile,
-            "rounds": cell.rounds,
+            **_measured(name, samples, peaks, cell, info, half, "fp32"),
             "source": str(row.source) if row.source else "not printed in the paper",
         }
-        for base, col in ((half, "fp16"), ("fp32", "fp32")):
-            b = samples.get(base)
-            ok = s is not None and b is not None
-            rec[f"iteration_vs_{col}"] = steptime.paired_ratio(s["iteration"], b["iteration"]) if ok else None
-            if col == "fp16":
-                rec["forward_vs_fp16"] = steptime.paired_ratio(s["forward"], b["forward"]) if ok else None
-                rec["backward_vs_fp16"] = steptime.paired_ratio(s["backward"], b["backward"]) if ok else None
         rec["paper_iteration_vs_fp16"] = _ratio(
             row.paper_iteration_ms, paper_half.paper_iteration_ms if paper_half else None
         )
@@ -348,7 +345,7 @@ def render_step(spec: StepTimeSpec, cell: TimingCell, result: dict, device: torc
             row.paper_iteration_ms, paper_fp32.paper_iteration_ms if paper_fp32 else None
         )
         notes = list(row.notes)
-        if s is None:
+        if name not in samples:
             notes.append("Not timed on this device (CUDA only).")
         marks = [footnotes.setdefault(n, len(footnotes) + 1) for n in notes]
         rec["notes"] = " ".join(f"[{m}] {n}" for m, n in zip(marks, notes, strict=True))
