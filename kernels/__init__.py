@@ -15,7 +15,15 @@ import torch
 from . import cpu, reference
 from .errors import NonFiniteError, raise_if_nonfinite
 
-__all__ = ["NUMERICS", "NonFiniteError", "cpu", "get_backend", "raise_if_nonfinite", "reference"]
+__all__ = [
+    "NUMERICS",
+    "NonFiniteError",
+    "cpu",
+    "eager_backend",
+    "get_backend",
+    "raise_if_nonfinite",
+    "reference",
+]
 
 # The backends' arithmetic, as a version: bumped when results change (the stochastic-rounding stream, the
 # statistics). The table cells' cache keys hold it, so results of two streams are never mixed.
@@ -26,11 +34,16 @@ NUMERICS = "2"
 
 def get_backend(device: torch.device | str):
     """The INT8 backend module for a torch device (or device string such as "cpu", "cuda:0")."""
-    dev = device if isinstance(device, torch.device) else torch.device(device)
     if torch.compiler.is_compiling():
         from . import traceable  # the same interface in torch ops and registered ops: no graph breaks
 
         return traceable
+    return eager_backend(device)
+
+
+def eager_backend(device: torch.device | str):
+    """The device's own backend, also while Dynamo traces (what the registered ops run inside)."""
+    dev = device if isinstance(device, torch.device) else torch.device(device)
     if dev.type == "cpu":
         return cpu
     if dev.type == "cuda":

@@ -7,7 +7,7 @@ it is one node of the graph instead, as torchao registers its int8 matmuls, and 
 fuse the quantization around it. kernels.traceable (what get_backend returns under Dynamo) calls them;
 eager code calls the backends directly and pays no dispatch.
 
-Each op runs ``kernels.get_backend(device)``'s function of the same name and returns its int32 result in
+Each op runs ``kernels.eager_backend(device)``'s function of the same name and returns its int32 result in
 one fixed layout per device, which the fake implementation states (compiled code reads the real tensor by
 the fake's strides): on the CPU, convolution outputs and input gradients channels-last (C innermost, any
 rank: what the CPU backend already returns), on CUDA contiguous; weight gradients and linear products
@@ -67,9 +67,9 @@ def _empty(shape, strides, like: torch.Tensor) -> torch.Tensor:
 
 
 def _backend(t: torch.Tensor):
-    from . import get_backend  # kernels/__init__ imports this module
+    from . import eager_backend  # kernels/__init__ imports this module
 
-    return get_backend(t.device)
+    return eager_backend(t.device)
 
 
 # ------------------------------------------------------------------------------------------ convolution
