@@ -57,6 +57,7 @@ SHAPES = [
     (2, 40, 3, 5),  # channels-last: a 32-channel block (16-lane Philox where built) and an 8-lane one
     (2, 12, 3, 5, 6),
     (1, 72, 2, 3, 2),
+    (1, 2084, 1, 5),  # channels-last: two noise chunks (2048 channels and 36) and an 8-lane tail of 4
 ]
 
 

@@ -8,6 +8,7 @@
 // `inner` and size C sees memory as (outer, C, inner). Every function returns 1 when it met a NaN or an
 // Inf (the caller raises), else 0. Multi-threaded with OpenMP (torch's runtime: torch.set_num_threads
 // applies), vectorised with AVX2 where the compiler targets it (-march=native), scalar otherwise.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -452,6 +453,12 @@ static inline void row_counters(int64_t m0, __m256i lane, int64_t Rm, int64_t rb
     c1 = _mm256_blend_epi32(_mm256_srli_epi64(r_even, 32), r_odd, 0xAA);
 }
 
+// Channels-last stochastic rounding runs in two phases per chunk of up to NOISE_CHUNK channels (m): the Philox
+// words of all its blocks first (4 x 2048 words, 32 KB: in L1), then the chunk's elements row by row (j), so
+// memory is read in order. Reading the four rows of a block in turn, 32-128 bytes each, took 2-3x as long on
+// tensors beyond the cache once a row was 1 KB or more (docs/kernels.md).
+constexpr int64_t NOISE_CHUNK = 2048;
+
 #ifdef __AVX512F__
 template <int DT>
 static inline __m512 load16(const void* p, int64_t i) {
@@ -489,32 +496,41 @@ static inline void row_counters16(int64_t m0, int64_t Rm, int64_t rbase, __m512i
 
 // Blocks of 32 consecutive m (two chains of 16 Philox calls) of one (outer, j4) work item; returns the first
 // m left for the 8-lane code. The noise is the 8-lane code's: element (r, j) takes word j % 4 of its call.
+// In two phases per chunk of up to NOISE_CHUNK channels, as the 8-lane code: the words, then the elements.
+
 template <int DT>
 static int64_t stochastic_inner_blocks16(const void* x, int8_t* q, const Plan& p, int m, int64_t M, int64_t Rm,
                                          int64_t rbase, int64_t base, int64_t j4, int64_t L, int64_t sj,
                                          const int64_t* idx, const PhiloxKeys16& keys, uint32_t* cnt,
                                          __mmask16& bad) {
     const int last = p.ndim - 1;
-    int64_t m0 = 0;
-    for (; m0 + 32 <= M; m0 += 32) {
-        __m512i a0, a1, b0, b1;
-        row_counters16(m0, Rm, rbase, a0, a1);
-        row_counters16(m0 + 16, Rm, rbase, b0, b1);
-        __m512i a2 = _mm512_set1_epi32((int)j4), a3 = _mm512_setzero_si512(), b2 = a2, b3 = a3;
-        philox16x2(a0, a1, a2, a3, b0, b1, b2, b3, keys);
-        const __m512i words[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+    const int64_t blocks_end = M / 32 * 32;
+    alignas(64) uint32_t words[4][NOISE_CHUNK];
+    for (int64_t c0 = 0; c0 < blocks_end; c0 += NOISE_CHUNK) {
+        const int64_t c1 = std::min(c0 + NOISE_CHUNK, blocks_end);
+        for (int64_t m0 = c0; m0 < c1; m0 += 32) {
+            __m512i a0, a1, b0, b1;
+            row_counters16(m0, Rm, rbase, a0, a1);
+            row_counters16(m0 + 16, Rm, rbase, b0, b1);
+            __m512i a2 = _mm512_set1_epi32((int)j4), a3 = _mm512_setzero_si512(), b2 = a2, b3 = a3;
+            philox16x2(a0, a1, a2, a3, b0, b1, b2, b3, keys);
+            const __m512i got[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+            for (int w = 0; w < 4; ++w)
+                for (int h = 0; h < 2; ++h) _mm512_store_si512(&words[w][m0 - c0 + 16 * h], got[h][w]);
+        }
         for (int w = 0; w < 4; ++w) {
             const int64_t j = 4 * j4 + w;
             if (j >= L) break;
-            for (int h = 0; h < 2; ++h) {
-                const int64_t mh = m0 + 16 * h, off = base + j * sj + mh;
+            for (int64_t mh = c0; mh < c1; mh += 16) {
+                const int64_t off = base + j * sj + mh;
                 __m512 inv;
                 if (!p.per_channel) inv = _mm512_set1_ps(p.inv[0]);
                 else if (p.axis == m) inv = _mm512_loadu_ps(p.inv + mh);
                 else inv = _mm512_set1_ps(p.inv[p.axis == last ? j : idx[p.axis]]);
                 const __m512 a = load16<DT>(x, off);
+                const __m512i word = _mm512_load_si512(&words[w][mh - c0]);
                 bad |= _mm512_cmp_ps_mask(abs16(a), _mm512_set1_ps(std::numeric_limits<float>::max()), _CMP_NLE_UQ);
-                store16(q + off, codes_stochastic16(a, inv, uniform16(words[h][w])));
+                store16(q + off, codes_stochastic16(a, inv, uniform16(word)));
                 if (cnt) {
                     if (p.axis == m) {
                         const __mmask16 gt = _mm512_cmp_ps_mask(abs16(a), _mm512_loadu_ps(p.thresh + mh), _CMP_GT_OQ);
@@ -530,7 +546,7 @@ static int64_t stochastic_inner_blocks16(const void* x, int8_t* q, const Plan& p
             }
         }
     }
-    return m0;
+    return blocks_end;
 }
 #endif
 
@@ -569,67 +585,68 @@ static int quantize_stochastic_inner(const void* x, int8_t* q, const Plan& p, in
             rbase += idx[d] * R[d];
         }
         __m256 vb = _mm256_setzero_ps();
-        __m256i n0 = _mm256_setzero_si256(), n1 = n0, n2 = n0, n3 = n0;  // the next block's words
-        bool have_next = false;
         int64_t first = 0;
 #ifdef __AVX512F__
         __mmask16 bad16 = 0;
         first = stochastic_inner_blocks16<DT>(x, q, p, m, M, Rm, rbase, base, j4, L, sj, idx, keys16, cnt, bad16);
         bad |= bad16 != 0;
 #endif
-        for (int64_t m0 = first; m0 < M; m0 += 8) {
-            __m256i c0, c1, c2, c3;
-            if (have_next) {  // computed with the previous block
-                c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-                have_next = false;
-            } else {
-                row_counters(m0, lane, Rm, rbase, c0, c1);
-                c2 = _mm256_set1_epi32((int)j4), c3 = _mm256_setzero_si256();
-                if (m0 + 8 < M) {  // two blocks' Philox rounds interleaved
-                    row_counters(m0 + 8, lane, Rm, rbase, n0, n1);
-                    n2 = c2, n3 = c3;
-                    philox8x2(c0, c1, c2, c3, n0, n1, n2, n3, keys);
-                    have_next = true;
+        alignas(32) uint32_t words[4][NOISE_CHUNK + 16];  // a last partial block's lanes past M land in the slack
+        for (int64_t c0 = first; c0 < M; c0 += NOISE_CHUNK) {
+            const int64_t c1 = std::min(c0 + NOISE_CHUNK, M);
+            for (int64_t m0 = c0; m0 < c1; m0 += 16) {  // two blocks' Philox rounds interleaved where two remain
+                __m256i a0, a1, b0, b1;
+                row_counters(m0, lane, Rm, rbase, a0, a1);
+                __m256i a2 = _mm256_set1_epi32((int)j4), a3 = _mm256_setzero_si256(), b2 = a2, b3 = a3;
+                const bool two = m0 + 8 < c1;
+                if (two) {
+                    row_counters(m0 + 8, lane, Rm, rbase, b0, b1);
+                    philox8x2(a0, a1, a2, a3, b0, b1, b2, b3, keys);
                 } else {
-                    philox8(c0, c1, c2, c3, keys);
+                    philox8(a0, a1, a2, a3, keys);
                 }
+                const __m256i got[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+                for (int h = 0; h < (two ? 2 : 1); ++h)
+                    for (int w = 0; w < 4; ++w)
+                        _mm256_store_si256(reinterpret_cast<__m256i*>(&words[w][m0 - c0 + 8 * h]), got[h][w]);
             }
-            const __m256i words[4] = {c0, c1, c2, c3};
-            const int64_t nm = std::min<int64_t>(8, M - m0);
             for (int w = 0; w < 4; ++w) {
                 const int64_t j = 4 * j4 + w;
                 if (j >= L) break;
-                const int64_t off = base + j * sj + m0;
-                const __m256 u = uniform8(words[w]);
-                __m256 inv;
-                if (!p.per_channel) inv = _mm256_set1_ps(p.inv[0]);
-                else if (p.axis == m) inv = nm == 8 ? _mm256_loadu_ps(p.inv + m0) : _mm256_setzero_ps();
-                else inv = _mm256_set1_ps(p.inv[p.axis == last ? j : idx[p.axis]]);  // per_channel: axis >= 0
-                if (nm == 8) {
-                    const __m256 a = load8<DT>(x, off);
-                    vb = _mm256_or_ps(vb, bad8(a));
-                    store8(q + off, codes_stochastic8(a, inv, u));
-                    if (cnt) {
-                        if (p.axis == m) {
-                            const __m256i gt = _mm256_castps_si256(
-                                _mm256_cmp_ps(abs8(a), _mm256_loadu_ps(p.thresh + m0), _CMP_GT_OQ));
-                            __m256i* dst = reinterpret_cast<__m256i*>(cnt + m0);
-                            _mm256_storeu_si256(dst, _mm256_sub_epi32(_mm256_loadu_si256(dst), gt));
-                        } else {
-                            const int64_t c = p.axis < 0 ? 0 : (p.axis == last ? j : idx[p.axis]);
-                            const __m256 gt = _mm256_cmp_ps(abs8(a), _mm256_set1_ps(p.thresh[c]), _CMP_GT_OQ);
-                            cnt[c] += __builtin_popcount(_mm256_movemask_ps(gt));
+                for (int64_t m0 = c0; m0 < c1; m0 += 8) {
+                    const int64_t off = base + j * sj + m0;
+                    const __m256 u = uniform8(_mm256_load_si256(reinterpret_cast<const __m256i*>(&words[w][m0 - c0])));
+                    const int64_t nm = std::min<int64_t>(8, M - m0);
+                    __m256 inv;
+                    if (!p.per_channel) inv = _mm256_set1_ps(p.inv[0]);
+                    else if (p.axis == m) inv = nm == 8 ? _mm256_loadu_ps(p.inv + m0) : _mm256_setzero_ps();
+                    else inv = _mm256_set1_ps(p.inv[p.axis == last ? j : idx[p.axis]]);  // per_channel: axis >= 0
+                    if (nm == 8) {
+                        const __m256 a = load8<DT>(x, off);
+                        vb = _mm256_or_ps(vb, bad8(a));
+                        store8(q + off, codes_stochastic8(a, inv, u));
+                        if (cnt) {
+                            if (p.axis == m) {
+                                const __m256i gt = _mm256_castps_si256(
+                                    _mm256_cmp_ps(abs8(a), _mm256_loadu_ps(p.thresh + m0), _CMP_GT_OQ));
+                                __m256i* dst = reinterpret_cast<__m256i*>(cnt + m0);
+                                _mm256_storeu_si256(dst, _mm256_sub_epi32(_mm256_loadu_si256(dst), gt));
+                            } else {
+                                const int64_t c = p.axis < 0 ? 0 : (p.axis == last ? j : idx[p.axis]);
+                                const __m256 gt = _mm256_cmp_ps(abs8(a), _mm256_set1_ps(p.thresh[c]), _CMP_GT_OQ);
+                                cnt[c] += __builtin_popcount(_mm256_movemask_ps(gt));
+                            }
                         }
-                    }
-                } else {
-                    alignas(32) float us[8];
-                    _mm256_store_ps(us, u);
-                    for (int64_t l = 0; l < nm; ++l) {
-                        const int64_t c = p.axis == m ? m0 + l : (p.axis == last ? j : (p.axis >= 0 ? idx[p.axis] : 0));
-                        const float a = load1<DT>(x, off + l);
-                        bad |= nonfinite(a);
-                        q[off + l] = code_stochastic(a, p.per_channel ? p.inv[c] : p.inv[0], us[l]);
-                        if (cnt) cnt[c] += std::fabs(a) > p.thresh[c];
+                    } else {
+                        alignas(32) float us[8];
+                        _mm256_store_ps(us, u);
+                        for (int64_t l = 0; l < nm; ++l) {
+                            const int64_t c = p.axis == m ? m0 + l : (p.axis == last ? j : (p.axis >= 0 ? idx[p.axis] : 0));
+                            const float a = load1<DT>(x, off + l);
+                            bad |= nonfinite(a);
+                            q[off + l] = code_stochastic(a, p.per_channel ? p.inv[c] : p.inv[0], us[l]);
+                            if (cnt) cnt[c] += std::fabs(a) > p.thresh[c];
+                        }
                     }
                 }
             }
