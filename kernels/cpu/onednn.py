@@ -19,6 +19,11 @@ ZP = 128  # uint8 zero point: int8 v is stored as v + 128
 # code, and the compensation 128 * sum(w), in either order) is at most this many times ||w_oc||_1
 AMX_SUM = 255 + ZP
 MAX_BLOCKS = 8  # input-channel blocks per convolution on the bounded route; more go to im2col + _int_mm
+# The weights' unit scale and zero point as one-element tensors, which oneDNN applies per tensor: with one
+# entry per output channel its prepack read them one at a time on the host (a select and an item() each)
+# and the convolution scaled every channel, both slower (docs/measurements.md)
+W_SCALE = torch.ones(1, dtype=torch.float32)
+W_ZERO_POINT = torch.zeros(1, dtype=torch.int64)
 
 
 def to_u8(t: torch.Tensor) -> torch.Tensor:
@@ -30,20 +35,16 @@ def to_u8(t: torch.Tensor) -> torch.Tensor:
 
 def prepack(wq: torch.Tensor, s, p, d, groups: int, x_shape):
     """oneDNN's prepacked int8 weight for inputs of ``x_shape`` (unit scales, u8 input at zero point 128)."""
-    w_scale = torch.ones(wq.shape[0], dtype=torch.float32)
     return torch.ops.onednn.qconv_prepack(
-        wq.contiguous(), w_scale, 1.0, ZP, list(s), list(p), list(d), groups, list(x_shape)
+        wq.contiguous(), W_SCALE, 1.0, ZP, list(s), list(p), list(d), groups, list(x_shape)
     )
 
 
 def run(xu: torch.Tensor, wq: torch.Tensor, packed, s, p, d, groups: int) -> torch.Tensor:
     """oneDNN u8 (zero point 128) x s8 convolution of ``xu`` with the prepacked ``wq``, fp32 output
     (channels-last). ``wq`` itself is passed so that tests can stand in for oneDNN."""
-    cout = wq.shape[0]
-    w_scale = torch.ones(cout, dtype=torch.float32)
-    w_zp = torch.zeros(cout, dtype=torch.int64)
     return torch.ops.onednn.qconv_pointwise(
-        xu, 1.0, ZP, packed, w_scale, w_zp, None, list(s), list(p), list(d), groups,
+        xu, 1.0, ZP, packed, W_SCALE, W_ZERO_POINT, None, list(s), list(p), list(d), groups,
         1.0, 0, torch.float32, "none", [], "",
     )  # fmt: skip
 
