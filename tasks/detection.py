@@ -62,8 +62,9 @@ from tasks.runner import RunRecorder, RunResult, check_choice, checked_options, 
 TASK = "detection"
 # Bump when a recipe, config or the generated set changes what a run measures (the table cache key).
 RECIPE_VERSION = "4"  # 4: int8 convolutions keep the input layout (RoIAlign read them wrong)
-# R-FCN's own: 5: the embedded configs' position-sensitive maps learn at k*k times the rate (tasks/rfcn.py)
-MODEL_RECIPE_VERSIONS = {"rfcn_r101": "5", "rfcn_r50": "5"}
+# R-FCN's own: 5: the embedded configs' position-sensitive maps learn at k*k times the rate (tasks/rfcn.py);
+# 6: the embedded configs read the images at 128 px with anchors of 24-96 px
+MODEL_RECIPE_VERSIONS = {"rfcn_r101": "6", "rfcn_r50": "6"}
 PAPER_DATASETS = ("coco", "voc")
 CONFIG_DIR = Path(__file__).resolve().parent / "configs" / "detection"
 # model -> its config files' stem and the paper datasets it has a config for (UI8 ran R-FCN on VOC only)
