@@ -26,19 +26,9 @@ custom_imports = dict(imports=["tasks.detection"], allow_failed_imports=False)
 custom_hooks = [dict(type="Int8TrainingHook", method="daiq")]
 
 image_scale = (128, 128)  # the generated size: no resampling
-train_pipeline = [
-    dict(type="LoadImageFromFile"),
-    dict(type="LoadAnnotations", with_bbox=True),
-    dict(type="Resize", scale=image_scale, keep_ratio=True),
-    dict(type="RandomFlip", prob=0.5),
-    dict(type="PackDetInputs"),
-]
-test_pipeline = [
-    dict(type="LoadImageFromFile"),
-    dict(type="Resize", scale=image_scale, keep_ratio=True),
-    dict(type="LoadAnnotations", with_bbox=True),
-    dict(type="PackDetInputs", meta_keys=("img_id", "img_path", "ori_shape", "img_shape", "scale_factor")),
-]
+# the recipe's pipelines with their Resize at this scale (`_base_` is the merged base config here)
+train_pipeline = [{**t, "scale": image_scale} if t["type"] == "Resize" else t for t in _base_.train_pipeline]
+test_pipeline = [{**t, "scale": image_scale} if t["type"] == "Resize" else t for t in _base_.test_pipeline]
 train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
 val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
