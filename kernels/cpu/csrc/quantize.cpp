@@ -74,15 +74,19 @@ static inline float inv_scale(float s) {
     return s > 0.0f ? (1.0f / std::fmax(s, std::numeric_limits<float>::min())) * QMAXF : 0.0f;
 }
 
+// fmax(v, -127) then fmin(., 127), NaN included (a NaN becomes -127, as fmax returns the other operand), in
+// comparisons the compiler inlines: std::fmin / std::fmax stay calls into libm, four of them an element
+static inline float clamp_code(float v) {
+    v = v > -QMAXF ? v : -QMAXF;
+    return v < QMAXF ? v : QMAXF;
+}
+
 static inline int8_t code_nearest(float x, float inv) {
-    float v = std::fmin(std::fmax(x * inv, -QMAXF), QMAXF);
-    return (int8_t)(int)std::nearbyint(v);
+    return (int8_t)(int)std::nearbyint(clamp_code(x * inv));
 }
 
 static inline int8_t code_stochastic(float x, float inv, float u) {
-    float v = std::fmin(std::fmax(x * inv, -QMAXF), QMAXF);
-    v = std::floor(v + u);
-    return (int8_t)(int)std::fmin(std::fmax(v, -QMAXF), QMAXF);
+    return (int8_t)(int)clamp_code(std::floor(clamp_code(x * inv) + u));
 }
 
 #ifdef __AVX2__
@@ -751,6 +755,63 @@ static int quantize_stochastic_rows(const void* x, int8_t* q, const Plan& p) {
     }
     return bad;
 }
+// Stochastic rounding of rows shorter than 8 (the last feature maps of an NCHW network: W of 7, 4, 3): the
+// Philox calls of 8 rows at once (element (r, j) takes word j % 4 of call (r, j / 4), as everywhere), then
+// the elements one by one. The scalar code made one call per 4 elements, 10 rounds of 64-bit multiplies.
+template <int DT>
+static int quantize_stochastic_short_rows(const void* x, int8_t* q, const Plan& p) {
+    const int last = p.ndim - 1;
+    const int64_t L = p.size[last], J4 = (L + 3) / 4;
+    int64_t rows = 1;
+    for (int d = 0; d < last; ++d) rows *= p.size[d];
+    const PhiloxKeys keys(p.k0, p.k1);
+    const int64_t blocks = (rows + 7) / 8;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (rows * L >= PARALLEL_MIN)
+    for (int64_t b = 0; b < blocks; ++b) {
+        uint32_t* cnt = p.count ? p.count + (size_t)omp_get_thread_num() * p.C : nullptr;
+        const int64_t r0 = 8 * b, nr = std::min<int64_t>(8, rows - r0);
+        alignas(32) uint32_t lo[8], hi[8], words[2][4][8];
+        for (int l = 0; l < 8; ++l) {
+            const uint64_t r = (uint64_t)(r0 + l);
+            lo[l] = (uint32_t)r;
+            hi[l] = (uint32_t)(r >> 32);
+        }
+        for (int64_t j4 = 0; j4 < J4; ++j4) {
+            __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
+            __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
+            __m256i c2 = _mm256_set1_epi32((int)j4), c3 = _mm256_setzero_si256();
+            philox8(c0, c1, c2, c3, keys);
+            const __m256i got[4] = {c0, c1, c2, c3};
+            for (int w = 0; w < 4; ++w) _mm256_store_si256(reinterpret_cast<__m256i*>(words[j4][w]), got[w]);
+        }
+        int64_t idx[8] = {0}, rem = r0, base = 0;  // row r0's index; the next rows' by carrying (no division)
+        for (int d = last - 1; d >= 0; --d) {
+            idx[d] = rem % p.size[d];
+            rem /= p.size[d];
+            base += idx[d] * p.stride[d];
+        }
+        for (int64_t l = 0; l < nr; ++l) {
+            if (l > 0) {
+                for (int d = last - 1; d >= 0; --d) {
+                    base += p.stride[d];
+                    if (++idx[d] < p.size[d]) break;
+                    base -= p.size[d] * p.stride[d];
+                    idx[d] = 0;
+                }
+            }
+            for (int64_t j = 0; j < L; ++j) {
+                const int64_t off = base + j * p.stride[last];
+                const int64_t c = p.axis < 0 ? 0 : (p.axis == last ? j : idx[p.axis]);
+                const float a = load1<DT>(x, off);
+                bad |= nonfinite(a);
+                q[off] = code_stochastic(a, p.per_channel ? p.inv[c] : p.inv[0], uniform_of(words[j >> 2][j & 3][l]));
+                if (cnt) cnt[c] += std::fabs(a) > p.thresh[c];
+            }
+        }
+    }
+    return bad;
+}
 #endif
 
 template <int DT>
@@ -762,6 +823,7 @@ static int quantize_impl(const void* x, int8_t* q, const Plan& p, int stochastic
     for (int d = 0; d < p.ndim; ++d)
         if (p.stride[d] == 1 && p.size[d] > 1) m = d;
     if (m == last && p.size[last] >= 8) return quantize_stochastic_rows<DT>(x, q, p);
+    if (m == last) return quantize_stochastic_short_rows<DT>(x, q, p);
     int64_t Rm = 1;  // the row coefficient of m must fit the 32-bit lane arithmetic
     for (int d = m + 1; d < last; ++d) Rm *= p.size[d];
     if (m >= 0 && m != last && p.size[m] >= 8 && Rm < (1LL << 31) && p.size[m] < (1LL << 31))
