@@ -56,6 +56,24 @@ def test_embedded_score_maps_step_k_squared_times_the_base_rate():
         assert lr_of[id(next(detector.backbone.parameters()))] == pytest.approx(base)
 
 
+def test_embedded_rfcn_reads_the_generated_128_px_images_through_the_recipes_pipelines():
+    """R-FCN's one stride-16 map needs the objects over more than a cell or two: its embedded configs keep
+    the shapes-det recipe's pipelines with the Resize at 128 px (the generated size), where the FPN
+    detectors' stay at 96 px, and anchors of 24-96 px."""
+    rfcn = Config.fromfile(str(D.config_path("rfcn_r50", "embedded", "voc")))
+    fpn = Config.fromfile(str(D.config_path("faster_rcnn_r50_fpn", "embedded", "voc")))
+    for loader in ("train_dataloader", "val_dataloader", "test_dataloader"):
+        mine, theirs = rfcn[loader].dataset.pipeline, fpn[loader].dataset.pipeline
+        assert [t.type for t in mine] == [t.type for t in theirs]
+        for a, b in zip(mine, theirs, strict=True):
+            if a.type == "Resize":
+                assert tuple(a.scale) == (128, 128) and tuple(b.scale) == (96, 96)
+            else:
+                assert a == b
+    scales = rfcn.model.rpn_head.anchor_generator.scales
+    assert [16 * s for s in scales] == [24, 48, 96]
+
+
 def test_rfcn_cells_have_their_own_recipe_version():
     """The R-FCN recipe changed alone: its cells get new keys, every other detector keeps its own."""
     from tables.generate import make_plan, model_recipe_versions
