@@ -501,7 +501,6 @@ static inline void row_counters16(int64_t m0, int64_t Rm, int64_t rbase, __m512i
 // Blocks of 32 consecutive m (two chains of 16 Philox calls) of one (outer, j4) work item; returns the first
 // m left for the 8-lane code. The noise is the 8-lane code's: element (r, j) takes word j % 4 of its call.
 // In two phases per chunk of up to NOISE_CHUNK channels, as the 8-lane code: the words, then the elements.
-
 template <int DT>
 static int64_t stochastic_inner_blocks16(const void* x, int8_t* q, const Plan& p, int m, int64_t M, int64_t Rm,
                                          int64_t rbase, int64_t base, int64_t j4, int64_t L, int64_t sj,
@@ -755,6 +754,7 @@ static int quantize_stochastic_rows(const void* x, int8_t* q, const Plan& p) {
     }
     return bad;
 }
+
 // Stochastic rounding of rows shorter than 8 (the last feature maps of an NCHW network: W of 7, 4, 3): the
 // Philox calls of 8 rows at once (element (r, j) takes word j % 4 of call (r, j / 4), as everywhere), then
 // the elements one by one. The scalar code made one call per 4 elements, 10 rounds of 64-bit multiplies.
