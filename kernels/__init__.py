@@ -18,6 +18,7 @@ from .errors import NonFiniteError, raise_if_nonfinite
 __all__ = [
     "NUMERICS",
     "NonFiniteError",
+    "compiling",
     "cpu",
     "eager_backend",
     "get_backend",
@@ -32,9 +33,15 @@ __all__ = [
 NUMERICS = "2"
 
 
+def compiling() -> bool:
+    """True while Dynamo traces. Tests patch this, never torch.compiler.is_compiling: Dynamo looks its own
+    rules up by name once per process, and a patched torch function met then is the one it keeps."""
+    return torch.compiler.is_compiling()
+
+
 def get_backend(device: torch.device | str):
     """The INT8 backend module for a torch device (or device string such as "cpu", "cuda:0")."""
-    if torch.compiler.is_compiling():
+    if compiling():
         from . import traceable  # the same interface in torch ops and registered ops: no graph breaks
 
         return traceable

@@ -217,15 +217,15 @@ def test_state_starts_empty_and_a_restored_quantizer_continues_identically():
 @pytest.mark.parametrize("clip", [True, False])
 def test_the_compiled_branch_run_eagerly_keeps_the_eager_state(clip, monkeypatch):
     """Under torch.compile the periodic search is a torch.cond over tensors updated in place; run eagerly
-    (is_compiling patched true, the traceable backend) it gives the eager branch's scales and state, and a
-    restored state turns traceable (float32 on the gradient's device) after one step."""
+    (kernels.compiling patched true, the traceable backend) it gives the eager branch's scales and state, and
+    a restored state turns traceable (float32 on the gradient's device) after one step."""
     eager = build_method("ui8", period=2, clip=clip).make_layer_quantizer()
     traced = build_method("ui8", period=2, clip=clip).make_layer_quantizer()
     for i in range(6):
         g = heavy_tailed(n=1024, seed=i).reshape(4, 4, 8, 8) * (1 + i)
         a = eager.grad(g, 1)
         with monkeypatch.context() as patch:
-            patch.setattr(torch.compiler, "is_compiling", lambda: True)
+            patch.setattr(kernels, "compiling", lambda: True)
             b = traced.grad(g, 1)
             assert kernels.get_backend(g.device) is kernels.traceable
         assert float(a.gx_scale) == float(b.gx_scale), i

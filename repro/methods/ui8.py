@@ -214,7 +214,7 @@ class Ui8Quantizer(LayerQuantizer):
 
     def grad(self, g: torch.Tensor, channel_axis: int) -> GradCodes:
         backend = kernels.get_backend(g.device)
-        if torch.compiler.is_compiling() and self._traceable_state(g):
+        if kernels.compiling() and self._traceable_state(g):
             s = self._traced_scale(g, backend)
         elif self.opts["clip"]:
             if self._clip is None or self.due():
