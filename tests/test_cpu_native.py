@@ -44,6 +44,8 @@ LAYOUTS = {
     "channels-last": lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t,
     "channels-last-3d": lambda t: t.contiguous(memory_format=torch.channels_last_3d) if t.dim() == 5 else t,
     "transposed": lambda t: t.t().contiguous().t() if t.dim() == 2 else t,
+    # rows contiguous, but one row after the other in memory is not the next one in index order
+    "rows-permuted": lambda t: t.transpose(0, 1).contiguous().transpose(0, 1) if t.dim() >= 3 else t,
 }
 SHAPES = [
     (37,),
@@ -58,6 +60,8 @@ SHAPES = [
     (2, 12, 3, 5, 6),
     (1, 72, 2, 3, 2),
     (1, 2084, 1, 5),  # channels-last: two noise chunks (2048 channels and 36) and an 8-lane tail of 4
+    (3, 5, 40, 28),  # NCHW rows of 28 (7 Philox calls), blocks of 146 rows where built with 16 lanes
+    (2, 3, 5, 100),  # NCHW rows of 100: 25 calls a row, more than the 16 lanes of a vector
 ]
 
 
@@ -121,21 +125,26 @@ def test_stochastic_rounding_is_unbiased_on_both_vector_paths():
         assert z.abs().max() < 6 and abs(float(z.mean())) < 0.2 and 0.8 < float(z.std()) < 1.2
 
 
-def test_statistics_and_counts():
+# rows of 5 (short), and of 150 in NCHW: 128 elements on 16-lane blocks where built, then 8-lane, then a tail
+@pytest.mark.parametrize("shape", [(6, 40, 7, 5), (2, 6, 3, 150)], ids=str)
+def test_statistics_and_counts(shape):
     gen = torch.Generator().manual_seed(1)
     for make in LAYOUTS.values():
-        x = make(torch.randn(6, 40, 7, 5, generator=gen) * 2 + 0.4)
-        flat = x.movedim(1, 0).reshape(40, -1)
-        amax, sigma = cpu.channel_stats(x, 1)
-        assert torch.equal(amax, flat.abs().amax(1))
-        torch.testing.assert_close(sigma, flat.std(1, correction=0), rtol=1e-5, atol=0)
+        x = make(torch.randn(*shape, generator=gen) * 2 + 0.4)
+        for axis in (1, 3):  # constant along an NCHW row, and along it
+            n = shape[axis]
+            flat = x.movedim(axis, 0).reshape(n, -1)
+            amax, sigma = cpu.channel_stats(x, axis)
+            assert torch.equal(amax, flat.abs().amax(1))
+            torch.testing.assert_close(sigma, flat.std(1, correction=0), rtol=1e-5, atol=0)
+            for rounding in ("nearest", "stochastic"):
+                _, counts = cpu.quantize(x, amax.max(), None, rounding, above=(axis, sigma))
+                assert torch.equal(counts, (flat.abs() > sigma[:, None]).sum(1))
         amax0, sigma0 = cpu.channel_stats(x, None)
         assert amax0.shape == () and torch.equal(amax0, x.abs().max())
         torch.testing.assert_close(sigma0, x.std(correction=0), rtol=1e-5, atol=0)
         for rounding in ("nearest", "stochastic"):
-            _, counts = cpu.quantize(x, amax.max(), None, rounding, above=(1, sigma))
-            assert torch.equal(counts, (flat.abs() > sigma[:, None]).sum(1))
-            _, count = cpu.quantize(x, amax.max(), None, rounding, above=(None, sigma0))
+            _, count = cpu.quantize(x, amax0, None, rounding, above=(None, sigma0))
             assert count.tolist() == [int((x.abs() > sigma0).sum())]
 
 
@@ -169,6 +178,12 @@ def test_non_finite_raises_at_once(bad):
         ):
             with pytest.raises(NonFiniteError):
                 call()
+    # NCHW rows of 150 (a 16-lane block where built, and the 8-lane code after it) and of 28 (blocks of rows)
+    for width, j in ((150, 100), (150, 140), (28, 20)):
+        x = torch.randn(2, 3, 4, width)
+        x[1, 2, 3, j] = bad
+        with pytest.raises(NonFiniteError):
+            cpu.quantize(x, 1.0, rounding="stochastic")
     with pytest.raises(NonFiniteError):
         cpu.quantize(torch.ones(3), float("nan"))
 

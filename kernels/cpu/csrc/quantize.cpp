@@ -659,8 +659,68 @@ static int quantize_stochastic_inner(const void* x, int8_t* q, const Plan& p, in
     return bad;
 }
 
+#ifdef __AVX512F__
+// The 16 words of 4 consecutive calls per 128-bit lane (call 4k + i in lane k of e_i, words in order) as
+// 4 vectors of 16 consecutive elements: a 4 x 4 transpose of 128-bit lanes.
+static inline void words_in_memory_order16(__m512i c0, __m512i c1, __m512i c2, __m512i c3, __m512 u[4]) {
+    const __m512i a01 = _mm512_unpacklo_epi32(c0, c1), b01 = _mm512_unpacklo_epi32(c2, c3);
+    const __m512i a23 = _mm512_unpackhi_epi32(c0, c1), b23 = _mm512_unpackhi_epi32(c2, c3);
+    const __m512i e0 = _mm512_unpacklo_epi64(a01, b01), e1 = _mm512_unpackhi_epi64(a01, b01);
+    const __m512i e2 = _mm512_unpacklo_epi64(a23, b23), e3 = _mm512_unpackhi_epi64(a23, b23);
+    const __m512i t0 = _mm512_shuffle_i32x4(e0, e1, 0x44), t1 = _mm512_shuffle_i32x4(e2, e3, 0x44);
+    const __m512i t2 = _mm512_shuffle_i32x4(e0, e1, 0xEE), t3 = _mm512_shuffle_i32x4(e2, e3, 0xEE);
+    u[0] = uniform16(_mm512_shuffle_i32x4(t0, t1, 0x88));
+    u[1] = uniform16(_mm512_shuffle_i32x4(t0, t1, 0xDD));
+    u[2] = uniform16(_mm512_shuffle_i32x4(t2, t3, 0x88));
+    u[3] = uniform16(_mm512_shuffle_i32x4(t2, t3, 0xDD));
+}
+
+// Blocks of 128 elements of row r from j (two chains of 16 Philox calls); returns the first j left for the
+// 8-lane code. The noise is the 8-lane code's: element (r, j) takes word j % 4 of call (r, j / 4).
+template <int DT>
+static int64_t stochastic_row_blocks16(const void* x, int8_t* q, const Plan& p, int64_t r, int64_t base, int64_t j,
+                                       int64_t j1, bool row_channel, int64_t rc, const PhiloxKeys16& keys,
+                                       uint32_t* cnt, __mmask16& bad) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i lo = _mm512_set1_epi32((int)(uint32_t)r), hi = _mm512_set1_epi32((int)(uint32_t)((uint64_t)r >> 32));
+    for (; j + 128 <= j1; j += 128) {
+        __m512i a0 = lo, a1 = hi, a2 = _mm512_add_epi32(_mm512_set1_epi32((int)(j >> 2)), lane);
+        __m512i a3 = _mm512_setzero_si512(), b0 = lo, b1 = hi, b3 = a3;
+        __m512i b2 = _mm512_add_epi32(a2, _mm512_set1_epi32(16));
+        philox16x2(a0, a1, a2, a3, b0, b1, b2, b3, keys);
+        __m512 u[8];
+        words_in_memory_order16(a0, a1, a2, a3, u);
+        words_in_memory_order16(b0, b1, b2, b3, u + 4);
+        for (int v = 0; v < 8; ++v) {
+            const int64_t jv = j + 16 * v, off = base + jv;
+            const __m512 a = load16<DT>(x, off);
+            bad |= _mm512_cmp_ps_mask(abs16(a), _mm512_set1_ps(std::numeric_limits<float>::max()), _CMP_NLE_UQ);
+            __m512 inv;
+            if (!p.per_channel) inv = _mm512_set1_ps(p.inv[0]);
+            else if (row_channel) inv = _mm512_set1_ps(p.inv[rc]);
+            else inv = _mm512_loadu_ps(p.inv + jv);
+            store16(q + off, codes_stochastic16(a, inv, u[v]));
+            if (cnt) {
+                if (row_channel) {
+                    const __mmask16 gt = _mm512_cmp_ps_mask(abs16(a), _mm512_set1_ps(p.thresh[rc]), _CMP_GT_OQ);
+                    cnt[rc] += __builtin_popcount((unsigned)gt);
+                } else {
+                    const __mmask16 gt = _mm512_cmp_ps_mask(abs16(a), _mm512_loadu_ps(p.thresh + jv), _CMP_GT_OQ);
+                    uint32_t* dst = cnt + jv;
+                    const __m512i cur = _mm512_loadu_si512(dst);
+                    _mm512_storeu_si512(dst, _mm512_mask_add_epi32(cur, gt, cur, _mm512_set1_epi32(1)));
+                }
+            }
+        }
+    }
+    return j;
+}
+#endif
+
 // Stochastic rounding when the last logical dimension is contiguous (NCHW, linear layers): 8 Philox calls
-// give the 32 noise words of 32 consecutive elements of a row, transposed into memory order.
+// give the 32 noise words of 32 consecutive elements of a row, transposed into memory order. Where built
+// with AVX-512, rows shorter than ROW_BLOCKED_BELOW go to quantize_stochastic_rows_blocked16, and longer ones
+// take 16-lane blocks of 128 elements first.
 template <int DT>
 static int quantize_stochastic_rows(const void* x, int8_t* q, const Plan& p) {
     const int last = p.ndim - 1;
@@ -670,6 +730,9 @@ static int quantize_stochastic_rows(const void* x, int8_t* q, const Plan& p) {
     const int64_t CHUNK = 1024;  // elements of a row per work item, so one long row is shared out too
     const int64_t per_row = (L + CHUNK - 1) / CHUNK;
     const PhiloxKeys keys(p.k0, p.k1);
+#ifdef __AVX512F__
+    const PhiloxKeys16 keys16(p.k0, p.k1);
+#endif
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (rows * L >= PARALLEL_MIN)
@@ -688,7 +751,13 @@ static int quantize_stochastic_rows(const void* x, int8_t* q, const Plan& p) {
         __m256 vb = _mm256_setzero_ps();
         __m256i n0 = _mm256_setzero_si256(), n1 = n0, n2 = n0, n3 = n0;  // the next block's words
         bool have_next = false;
-        for (int64_t j = j0; j < j1; j += 32) {
+        int64_t j_start = j0;  // a multiple of 32: the 8-lane code's blocks go on from here
+#ifdef __AVX512F__
+        __mmask16 bad16 = 0;
+        j_start = stochastic_row_blocks16<DT>(x, q, p, r, base, j0, j1, row_channel, rc, keys16, cnt, bad16);
+        bad |= bad16 != 0;
+#endif
+        for (int64_t j = j_start; j < j1; j += 32) {
             __m256i c0, c1, c2, c3;
             if (have_next) {  // computed with the previous block
                 c0 = n0, c1 = n1, c2 = n2, c3 = n3;
@@ -814,6 +883,125 @@ static int quantize_stochastic_short_rows(const void* x, int8_t* q, const Plan& 
 }
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+// Stochastic rounding of rows shorter than ROW_BLOCKED_BELOW (NCHW feature maps: W of 7-112) with 16-lane
+// Philox. A block of rows numbers its calls k = row * J4 + j / 4 in order, 16 a vector, and stores their
+// words in that order: row l's noise is then the run u[4 * J4 * l, + L), and its elements go 16 at a time.
+// The rows code drew 8 calls per row and block of 32 elements, most of them unused on a row of 7 or 28.
+constexpr int64_t ROW_BLOCKED_BELOW = 128;
+constexpr int64_t ROW_BLOCK_WORDS = 4096;  // 16 KB of noise per block of rows (in L1)
+
+template <int DT>
+static inline __m512 load16_masked(const void* p, int64_t i, __mmask16 m) {
+    const auto* h = static_cast<const uint16_t*>(p) + i;
+    if constexpr (DT == F32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
+    else if constexpr (DT == BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, h)), 16));
+    else return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h));
+}
+
+template <int DT>
+static int quantize_stochastic_rows_blocked16(const void* x, int8_t* q, const Plan& p) {
+    const int last = p.ndim - 1;
+    const int64_t L = p.size[last], J4 = (L + 3) / 4;
+    int64_t rows = 1;
+    for (int d = 0; d < last; ++d) rows *= p.size[d];
+    const int64_t R = std::max<int64_t>(1, ROW_BLOCK_WORDS / (4 * J4));  // rows per block
+    const int64_t blocks = (rows + R - 1) / R;
+    const PhiloxKeys16 keys(p.k0, p.k1);
+    const bool row_channel = p.axis != last;  // the channel is constant along a row (or there is one)
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (rows * L >= PARALLEL_MIN)
+    for (int64_t b = 0; b < blocks; ++b) {
+        uint32_t* cnt = p.count ? p.count + (size_t)omp_get_thread_num() * p.C : nullptr;
+        const int64_t r0 = b * R, nr = std::min(R, rows - r0), K = nr * J4;
+        alignas(64) float u[ROW_BLOCK_WORDS + 128];
+        // each lane's (row in the block, call in the row) for calls k..k+15, stepped by 16 = q16 * J4 + r16
+        alignas(64) int32_t rr0[16], jj0[16];
+        for (int i = 0; i < 16; ++i) {
+            rr0[i] = (int32_t)(i / J4);
+            jj0[i] = (int32_t)(i % J4);
+        }
+        __m512i rr = _mm512_load_si512(rr0), j4 = _mm512_load_si512(jj0);
+        const __m512i q16 = _mm512_set1_epi32((int32_t)(16 / J4)), r16 = _mm512_set1_epi32((int32_t)(16 % J4));
+        const __m512i vJ4 = _mm512_set1_epi32((int32_t)J4), one = _mm512_set1_epi32(1);
+        const __m512i rlo = _mm512_set1_epi32((int)(uint32_t)r0);
+        const __m512i rhi = _mm512_set1_epi32((int)(uint32_t)((uint64_t)r0 >> 32));
+        auto next = [&](__m512i& c0, __m512i& c1, __m512i& c2, __m512i& c3) {
+            c0 = _mm512_add_epi32(rlo, rr);  // row r0 + rr as 64 bits
+            c1 = _mm512_mask_add_epi32(rhi, _mm512_cmplt_epu32_mask(c0, rr), rhi, one);
+            c2 = j4;
+            c3 = _mm512_setzero_si512();
+            j4 = _mm512_add_epi32(j4, r16);  // r16 < J4: at most one wrap
+            rr = _mm512_add_epi32(rr, q16);
+            const __mmask16 wrap = _mm512_cmpge_epi32_mask(j4, vJ4);
+            j4 = _mm512_mask_sub_epi32(j4, wrap, j4, vJ4);
+            rr = _mm512_mask_add_epi32(rr, wrap, rr, one);
+        };
+        int64_t idx[8] = {0}, rem = r0, base = 0;  // row r0's index; the next rows' by carrying
+        for (int d = last - 1; d >= 0; --d) {
+            idx[d] = rem % p.size[d];
+            rem /= p.size[d];
+            base += idx[d] * p.stride[d];
+        }
+        // the block's inputs and codes, fetched while Philox runs (the rows are adjacent in an NCHW tensor;
+        // elsewhere a prefetch reads a line that will not be used, and never faults)
+        // (1.0 -> 0.45 ns an element on 16x64x56x56, one thread: docs/kernels.md)
+        constexpr int64_t ESIZE = DT == F32 ? 4 : 2;
+        const char* xb = static_cast<const char*>(x) + base * ESIZE;
+        const char* qb = reinterpret_cast<const char*>(q + base);
+        for (int64_t k = 0; k < K; k += 32) {  // calls past the block's last one fill the slack, unread
+            __m512i a0, a1, a2, a3, b0, b1, b2, b3;
+            for (int64_t c = 0; c < 128 * ESIZE; c += 64) _mm_prefetch(xb + 4 * k * ESIZE + c, _MM_HINT_T0);
+            for (int64_t c = 0; c < 128; c += 64) _mm_prefetch(qb + 4 * k + c, _MM_HINT_ET0);
+            next(a0, a1, a2, a3);
+            next(b0, b1, b2, b3);
+            philox16x2(a0, a1, a2, a3, b0, b1, b2, b3, keys);
+            words_in_memory_order16(a0, a1, a2, a3, reinterpret_cast<__m512*>(u + 4 * k));
+            words_in_memory_order16(b0, b1, b2, b3, reinterpret_cast<__m512*>(u + 4 * k + 64));
+        }
+        __mmask16 vb = 0;
+        for (int64_t l = 0; l < nr; ++l) {
+            if (l > 0) {
+                for (int d = last - 1; d >= 0; --d) {
+                    base += p.stride[d];
+                    if (++idx[d] < p.size[d]) break;
+                    base -= p.size[d] * p.stride[d];
+                    idx[d] = 0;
+                }
+            }
+            const int64_t rc = p.axis >= 0 && row_channel ? idx[p.axis] : 0;
+            const float* ur = u + 4 * J4 * l;
+            for (int64_t j = 0; j < L; j += 16) {
+                const __mmask16 m = j + 16 <= L ? (__mmask16)0xFFFF : (__mmask16)((1u << (L - j)) - 1);
+                const int64_t off = base + j;
+                const __m512 a = load16_masked<DT>(x, off, m);
+                vb |= _mm512_cmp_ps_mask(abs16(a), _mm512_set1_ps(std::numeric_limits<float>::max()), _CMP_NLE_UQ);
+                __m512 inv;
+                if (!p.per_channel) inv = _mm512_set1_ps(p.inv[0]);
+                else if (row_channel) inv = _mm512_set1_ps(p.inv[rc]);
+                else inv = _mm512_maskz_loadu_ps(m, p.inv + j);
+                const __m512 v = codes_stochastic16(a, inv, _mm512_maskz_loadu_ps(m, ur + j));
+                _mm_mask_storeu_epi8(q + off, m, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
+                if (cnt) {
+                    const __m512 t =
+                        row_channel ? _mm512_set1_ps(p.thresh[rc]) : _mm512_maskz_loadu_ps(m, p.thresh + j);
+                    const __mmask16 gt = _mm512_mask_cmp_ps_mask(m, abs16(a), t, _CMP_GT_OQ);
+                    if (row_channel) {
+                        cnt[rc] += __builtin_popcount((unsigned)gt);
+                    } else {
+                        const __m512i cur = _mm512_maskz_loadu_epi32(m, cnt + j);
+                        _mm512_mask_storeu_epi32(cnt + j, m, _mm512_mask_add_epi32(cur, gt, cur, one));
+                    }
+                }
+            }
+        }
+        bad |= vb != 0;
+    }
+    return bad;
+}
+#endif
+
 template <int DT>
 static int quantize_impl(const void* x, int8_t* q, const Plan& p, int stochastic, int64_t n) {
     if (!stochastic) return quantize_flat<DT>(x, q, p, n);
@@ -822,6 +1010,9 @@ static int quantize_impl(const void* x, int8_t* q, const Plan& p, int stochastic
     int m = -1;  // the innermost dimension in memory (stride 1, more than one element)
     for (int d = 0; d < p.ndim; ++d)
         if (p.stride[d] == 1 && p.size[d] > 1) m = d;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    if (m == last && p.size[last] < ROW_BLOCKED_BELOW) return quantize_stochastic_rows_blocked16<DT>(x, q, p);
+#endif
     if (m == last && p.size[last] >= 8) return quantize_stochastic_rows<DT>(x, q, p);
     if (m == last) return quantize_stochastic_short_rows<DT>(x, q, p);
     int64_t Rm = 1;  // the row coefficient of m must fit the 32-bit lane arithmetic
