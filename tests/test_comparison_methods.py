@@ -39,6 +39,30 @@ def test_round_to_nearest_hand_cases():
     assert round_to(y, FP16).tolist() == [1.0, 1 + 2.0**-8, 2.0**-39, 0.0]
 
 
+def _grid_nearest(x, fmt):
+    """Nearest even on fmt's grid by float32 bit arithmetic: the mantissa rounded at man_bits, subnormals on
+    the fixed grid of the lowest binade, saturated at +-max."""
+    drop = 23 - fmt.man_bits
+    bits = x.view(torch.int32)
+    normal = ((bits + ((1 << (drop - 1)) - 1) + ((bits >> drop) & 1)) & -(1 << drop)).view(torch.float32)
+    ulp = fmt.min_subnormal
+    return torch.where(x.abs() < 2.0**fmt.emin, (x / ulp).round() * ulp, normal).clamp(-fmt.max, fmt.max)
+
+
+def test_fp8_nearest_through_torchs_float8_is_the_grid_arithmetic():
+    """round_to(x, FP8) goes through torch.float8_e5m2 (every finite float32 checked once, docs/methods.md);
+    here 2^22 random bit patterns over the exponents from 0 to 2^73, and the edges: ties at and above max,
+    subnormal ties, signed zeros."""
+    gen = torch.Generator().manual_seed(0)
+    bits = torch.randint(0, 1 << 23, (1 << 22,), generator=gen, dtype=torch.int32)
+    bits |= torch.randint(0, 201, bits.shape, generator=gen, dtype=torch.int32) << 23
+    bits |= torch.randint(0, 2, bits.shape, generator=gen, dtype=torch.int32) << 31
+    edges = [0.0, -0.0, 57344.0, 59392.0, 61440.0, 61441.0, 65536.0, 1e30, 2.0**-17, 3 * 2.0**-17, 2.0**-14]
+    for x in (bits.view(torch.float32), torch.tensor(edges + [-e for e in edges])):
+        for fmt in (FP8, FP16):
+            assert torch.equal(round_to(x, fmt).view(torch.int32), _grid_nearest(x, fmt).view(torch.int32))
+
+
 def test_stochastic_rounding_is_unbiased_and_lands_on_neighbours():
     gen = torch.Generator().manual_seed(0)
     x = torch.full((40000,), 1.1)
