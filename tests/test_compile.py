@@ -6,6 +6,7 @@ Small on purpose: a six-layer network (convolution, BatchNorm, ReLU, strided, de
 """
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -182,6 +183,16 @@ def test_a_quantized_training_step_traces_as_one_graph_after_warm_up(method):
     _train_step(model, x, y)  # warm-up: DAIQ's per-channel state exists after one backward pass
     explained = torch._dynamo.explain(lambda x, y: _train_step(model, x, y))(x, y)
     assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
+
+
+def test_no_test_patches_torchs_is_compiling():
+    """Dynamo looks its rules for torch functions up by name once per process: a test that patched
+    torch.compiler.is_compiling while torch.cond first ran Dynamo left the patch in those rules, and every
+    later compiled step in the process called the eager backend (graph breaks, under one random test order).
+    Tests patch kernels.compiling."""
+    here = Path(__file__)
+    offenders = [p.name for p in here.parent.rglob("*.py") if p != here and '"is_compiling"' in p.read_text()]
+    assert offenders == []
 
 
 def test_compiled_forward_is_bit_identical_and_training_does_not_recompile_after_warm_up():
