@@ -1,15 +1,18 @@
 """Side-by-side timing of the INT8 CPU backend against fp32 torch (one process, one run).
 
-    python -m kernels.bench.layers [--reps 7] [--channels-last] [--resnet18] [--quant-profile] [--cpu-time]
+    python -m kernels.bench.layers [--reps 7] [--channels-last] [--resnet18] [--mobilenet-v2-depthwise]
+                                   [--quant-profile] [--cpu-time]
 
 For each layer: forward, input gradient and weight gradient, the int8 op alone (kernels.cpu on int8
 operands, int32 out) next to fp32 (F.conv2d / torch.nn.grad / matmul) on the same shapes;
 milliseconds, best of --reps runs after a warm-up (robust to other load). --resnet18 adds the conv
-shapes of a CIFAR ResNet-18 step (batch 64, 32x32) and their totals. --quant-profile times the pieces
-of the quantize/dequantize steps around the int8 ops (repro.quant, DAIQ's channel statistics) on the
-largest ResNet-50 tensors next to the int8 op they serve: the profile behind kernel_speedup.md's
-"quantization" verdicts. --cpu-time measures CPU seconds of this process instead of wall time (run
-with OMP_NUM_THREADS=1 on a busy machine). The full per-layer comparison is ``make bench``.
+shapes of a CIFAR ResNet-18 step (batch 64, 32x32) and their totals; --mobilenet-v2-depthwise the
+depthwise convolutions of a MobileNetV2 step (batch 32, 112x112, as `repro step-time`) and their totals
+(the depthwise kernels' target: at least fp32's speed; every row prints fp32 / int8). --quant-profile
+times the pieces of the quantize/dequantize steps around the int8 ops (repro.quant, DAIQ's channel
+statistics) on the largest ResNet-50 tensors next to the int8 op they serve: the profile behind
+kernel_speedup.md's "quantization" verdicts. --cpu-time measures CPU seconds of this process instead of
+wall time (run with OMP_NUM_THREADS=1 on a busy machine). The full per-layer comparison is ``make bench``.
 """
 
 from __future__ import annotations
@@ -138,11 +141,33 @@ def quant_profile(reps: int) -> None:
             print(f"  {name:44s}{ms:9.2f}")
 
 
+def mobilenet_v2_depthwise(size: int = 112) -> list[tuple[int, int, int, int, int, int]]:
+    """(channels, input size, kernel, stride, padding, count) of torchvision's MobileNetV2 depthwise
+    convolutions at `size` px, read off the model with forward hooks on the meta device."""
+    import torchvision
+
+    model = torchvision.models.mobilenet_v2().to("meta")
+    seen: dict = {}
+
+    def hook(mod, inputs, out):
+        if mod.groups > 1 and mod.groups == mod.in_channels:
+            key = (mod.in_channels, inputs[0].shape[-1], mod.kernel_size[0], mod.stride[0], mod.padding[0])
+            seen[key] = seen.get(key, 0) + 1
+
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Conv2d):
+            mod.register_forward_hook(hook)
+    with torch.no_grad():
+        model(torch.zeros((1, 3, size, size), device="meta"))
+    return [(*key, n) for key, n in seen.items()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--channels-last", action="store_true", help="activations/gradients channels-last")
     ap.add_argument("--resnet18", action="store_true", help="add a CIFAR ResNet-18 (batch 64) step")
+    ap.add_argument("--mobilenet-v2-depthwise", action="store_true", help="add MobileNetV2's depthwise convs")
     ap.add_argument("--quant-profile", action="store_true", help="time the quantization steps instead")
     ap.add_argument("--cpu-time", action="store_true", help="CPU time of this process, not wall time")
     args = ap.parse_args()
@@ -168,14 +193,22 @@ def main() -> None:
             name = f"r18 {cin}->{cout} {hw}x{hw} k{k}s{s} x{count}"
             rows.append(conv_row(name, 64, cin, cout, hw, k, s, p, 1, cl))
             counts.append(count)
+    dw_counts = []
+    if args.mobilenet_v2_depthwise:
+        for c, hw, k, s, p, count in mobilenet_v2_depthwise():
+            rows.append(conv_row(f"mv2 dw {c} {hw}x{hw} k{k}s{s} x{count}", 32, c, c, hw, k, s, p, c, cl))
+            dw_counts.append(count)
     rows = _time_all(rows, args.reps)
-    if counts:
-        total = [sum(c * t[i] for c, (_, t) in zip(counts, rows[3:], strict=True)) for i in range(6)]
-        rows.append(("r18 convs total (weighted)", total))
-    head = ("layer", "fwd i8", "fwd f32", "dx i8", "dx f32", "dw i8", "dw f32")
-    print(f"{head[0]:34s}" + "".join(f"{h:>9s}" for h in head[1:]))
+    for label, weights, first in (("r18 convs", counts, 3), ("mv2 depthwise", dw_counts, 3 + len(counts))):
+        if weights:
+            group = rows[first : first + len(weights)]
+            total = [sum(c * t[i] for c, (_, t) in zip(weights, group, strict=True)) for i in range(6)]
+            rows.append((f"{label} total (weighted)", total))
+    head = ("layer", "fwd i8", "fwd f32", "dx i8", "dx f32", "dw i8", "dw f32", "f32/i8 fwd", "dx", "dw")
+    print(f"{head[0]:36s}" + "".join(f"{h:>9s}" for h in head[1:7]) + "".join(f"{h:>11s}" for h in head[7:]))
     for name, t in rows:
-        print(f"{name:34s}" + "".join(f"{v:9.2f}" for v in t))
+        ratios = "".join(f"{t[i + 1] / t[i]:11.2f}" for i in (0, 2, 4))
+        print(f"{name:36s}" + "".join(f"{v:9.2f}" for v in t) + ratios)
 
 
 if __name__ == "__main__":
