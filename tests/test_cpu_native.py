@@ -293,13 +293,17 @@ def test_philox_mirror_of_the_tests_is_the_shared_stream():
 
 
 @pytest.mark.parametrize("c", [16, 40])  # the 16-channel vectors and a scalar tail
-@pytest.mark.parametrize("k,s,p,d", [(3, 1, 1, 1), (3, 2, 1, 1), (5, 2, 2, 1), (3, 1, 2, 2), (3, 2, 0, 1)])
-def test_native_depthwise_is_exact(monkeypatch, c, k, s, p, d):
+@pytest.mark.parametrize(
+    "k,s,p,d,hw",  # hw (2, 2) and padding 3: no output column has all its taps inside (borders only)
+    [(3, 1, 1, 1, (11, 9)), (3, 2, 1, 1, (11, 9)), (5, 2, 2, 1, (11, 9)), (3, 1, 2, 2, (11, 9)),
+     (3, 2, 0, 1, (11, 9)), (3, 2, 3, 2, (11, 9)), (3, 1, 1, 1, (2, 2)), (3, 1, 3, 1, (5, 4))],
+)  # fmt: skip
+def test_native_depthwise_is_exact(monkeypatch, c, k, s, p, d, hw):
     monkeypatch.setenv("REPRO_CPU_GEMM", "native")
     cpu.clear_route_caches()
     try:
         gen = torch.Generator().manual_seed(c + k + s + p + d)
-        x = torch.randint(-127, 128, (3, c, 11, 9), generator=gen, dtype=torch.int8)
+        x = torch.randint(-127, 128, (3, c, *hw), generator=gen, dtype=torch.int8)
         w = torch.randint(-127, 128, (c, 1, k, k), generator=gen, dtype=torch.int8)
         y = reference.conv_forward(x, w, s, p, d, c)
         g = torch.randint(-127, 128, y.shape, generator=gen, dtype=torch.int8)
