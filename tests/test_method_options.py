@@ -67,6 +67,32 @@ def test_ui8_bits_w_quantizes_a_layer_to_2_bits_and_8_stays_as_before():
     assert codes8.abs().max() == 127
 
 
+def test_ui8_low_bit_codes_are_searched_again_only_when_the_weight_changes():
+    from repro.methods.ui8 import low_bit_weight
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3), nn.Conv2d(8, 8, 3))
+    repro.quantize_model(model, "ui8", bits_w=2)
+    q, w = model[1].int8, model[1].weight
+    first = q.weight(w)
+    assert q.weight(w)[0] is first[0]  # unchanged: the codes found before
+    other = w.detach().clone()
+    while other._version < w._version:  # another tensor at the same version: still searched
+        other.add_(0.0)
+    assert q.weight(other)[0] is not first[0]
+    assert q.weight(w)[0] is not first[0]  # and w's codes found again after it
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    model(torch.randn(2, 3, 9, 9)).square().sum().backward()
+    opt.step()  # an in-place update
+    after = q.weight(w)
+    assert after[0] is not first[0]
+    fresh = low_bit_weight(w, 2)
+    assert torch.equal(after[0], fresh[0]) and torch.equal(after[1], fresh[1])
+    model.load_state_dict({k: v * 2 for k, v in model.state_dict().items()})
+    loaded = q.weight(w)
+    assert torch.equal(loaded[1], low_bit_weight(w, 2)[1]) and not torch.equal(loaded[1], after[1])
+
+
 def test_bad_ui8_and_wageubn_options_are_one_line_errors():
     with pytest.raises(ValueError, match="lr_form must be one of"):
         build_method("ui8", lr_form="cubic")

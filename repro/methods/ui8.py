@@ -178,6 +178,7 @@ class Ui8Quantizer(LayerQuantizer):
         self._clip: torch.Tensor | None = None
         self._d_c: torch.Tensor | None = None
         self._updates = torch.zeros((), dtype=torch.int64)  # how many times c was re-optimised
+        self._low_bit: tuple | None = None  # (the weight, its version, its codes and scale)
 
     @property
     def updates(self) -> int:
@@ -207,7 +208,16 @@ class Ui8Quantizer(LayerQuantizer):
     def weight(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.opts["bits_w"] == 8:
             return super().weight(w)
-        return low_bit_weight(w, self.opts["bits_w"])
+        if kernels.compiling():
+            return low_bit_weight(w, self.opts["bits_w"])
+        # The search is a function of w alone, and the same weight unchanged since the last call (every
+        # batch of a validation) gets the codes found then: 20 candidate grids over AlexNet's 38M-weight
+        # layer took 1.3 s a batch (docs/methods.md). In-place updates (the optimizer's, load_state_dict's)
+        # bump the tensor's version; holding w keeps another tensor from taking its place.
+        cached = self._low_bit
+        if cached is None or cached[0] is not w or cached[1] != w._version:
+            cached = self._low_bit = (w, w._version, low_bit_weight(w, self.opts["bits_w"]))
+        return cached[2]
 
     def due(self) -> bool:
         return self.step % self.opts["period"] == 0
