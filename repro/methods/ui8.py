@@ -144,8 +144,9 @@ def low_bit_weight(w: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tens
     (module doc: the clip value minimising the cosine distance, then the least-squares scale)."""
     levels = 2 ** (bits - 1) - 1
     u, _ = _unit(w)
+    u_norm = u.norm()  # once, not once per candidate grid
     best, _ = _log_grid_search(
-        lambda ratios: torch.stack([-_grid_cosine(u, r, levels) for r in ratios]),
+        lambda ratios: torch.stack([-_grid_cosine(u, u_norm, r, levels) for r in ratios]),
         WEIGHT_LOW_RATIO,
         WEIGHT_GRIDS,
         u.device,
@@ -157,9 +158,9 @@ def low_bit_weight(w: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tens
     return codes.to(torch.int8).reshape(w.shape), alpha * QMAX
 
 
-def _grid_cosine(u: torch.Tensor, ratio: torch.Tensor, levels: int) -> torch.Tensor:
+def _grid_cosine(u: torch.Tensor, u_norm: torch.Tensor, ratio: torch.Tensor, levels: int) -> torch.Tensor:
     t = (u * (levels / ratio)).clamp_(-levels, levels).round_()
-    return (u * t).sum() / (u.norm() * t.norm()).clamp_min(torch.finfo(torch.float32).tiny)
+    return (u * t).sum() / (u_norm * t.norm()).clamp_min(torch.finfo(torch.float32).tiny)
 
 
 def _searched_or_unclipped(c: torch.Tensor, g: torch.Tensor, backend) -> torch.Tensor:
