@@ -292,7 +292,7 @@ def test_philox_mirror_of_the_tests_is_the_shared_stream():
     assert u[1, 4] == np.float32((w[0] >> 8) * 2.0**-24)
 
 
-@pytest.mark.parametrize("c", [16, 40])  # the 16-channel vectors and a scalar tail
+@pytest.mark.parametrize("c", [16, 40, 56])  # the 16-channel vectors and a scalar tail
 @pytest.mark.parametrize(
     "k,s,p,d,hw",  # hw (2, 2) and padding 3: no output column has all its taps inside (borders only)
     [(3, 1, 1, 1, (11, 9)), (3, 2, 1, 1, (11, 9)), (5, 2, 2, 1, (11, 9)), (3, 1, 2, 2, (11, 9)),
@@ -315,3 +315,26 @@ def test_native_depthwise_is_exact(monkeypatch, c, k, s, p, d, hw):
             assert torch.equal(cpu.conv_weight_grad(xx, g, w.shape, s, p, d, c), want)
     finally:
         cpu.clear_route_caches()
+
+
+def test_depthwise_forward_takes_the_native_kernel_where_onednn_is_exact(monkeypatch):
+    """On a VNNI or AMX CPU the other convolutions go to oneDNN; a depthwise forward pass goes to the native
+    kernel as its gradients do (oneDNN's int8 depthwise took 1.4x the native one's time, docs/kernels.md)."""
+    if not runtime.available():
+        pytest.skip("the native library is not built here")
+    monkeypatch.setattr(cpu.routes, "onednn_exact", lambda: True)
+    monkeypatch.delenv("REPRO_CPU_GEMM", raising=False)
+    calls = []
+    for name in ("depthwise_forward", "depthwise_input_grad", "depthwise_weight_grad"):
+        real = getattr(native, name)
+        monkeypatch.setattr(native, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randint(-127, 128, (2, 24, 9, 9), generator=gen, dtype=torch.int8)
+    x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randint(-127, 128, (24, 1, 3, 3), generator=gen, dtype=torch.int8)
+    y = cpu.conv_forward(x, w, 1, 1, 1, 24)
+    assert torch.equal(y, reference.conv_forward(x, w, 1, 1, 1, 24))
+    g = torch.randint(-127, 128, y.shape, generator=gen, dtype=torch.int8)
+    cpu.conv_input_grad(g, w, x.shape, 1, 1, 1, 24)
+    cpu.conv_weight_grad(x, g, w.shape, 1, 1, 1, 24)
+    assert calls == ["depthwise_forward", "depthwise_input_grad", "depthwise_weight_grad"]

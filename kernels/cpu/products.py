@@ -95,7 +95,8 @@ def _conv_int(
     k = wq.shape[2:]
     out = [(xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(len(s))]
     window = (slice(None), slice(None)) + tuple(crop if crop is not None else ())
-    if not routes.onednn_exact() or routes.im2col_route(k, p, out, groups):
+    depthwise = routes.native_depthwise(len(s), groups, xq.shape[1], wq.shape[0])
+    if depthwise or not routes.onednn_exact() or routes.im2col_route(k, p, out, groups):
         y = im2col.conv_exact(xq, wq, s, p, d, groups)
         return y if dst is None else dst.copy_(y[window])
     if routes.onednn_bounded():
