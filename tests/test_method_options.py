@@ -91,6 +91,10 @@ def test_ui8_low_bit_codes_are_searched_again_only_when_the_weight_changes():
     model.load_state_dict({k: v * 2 for k, v in model.state_dict().items()})
     loaded = q.weight(w)
     assert torch.equal(loaded[1], low_bit_weight(w, 2)[1]) and not torch.equal(loaded[1], after[1])
+    with torch.inference_mode():  # a weight made there has no version counter: searched every call
+        built = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3), nn.Conv2d(8, 8, 3))
+        repro.quantize_model(built, "ui8", bits_w=2)
+        assert built(torch.randn(1, 3, 9, 9)).shape == (1, 8, 3, 3)
 
 
 def test_bad_ui8_and_wageubn_options_are_one_line_errors():

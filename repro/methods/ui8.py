@@ -209,7 +209,7 @@ class Ui8Quantizer(LayerQuantizer):
     def weight(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.opts["bits_w"] == 8:
             return super().weight(w)
-        if kernels.compiling():
+        if kernels.compiling() or w.is_inference():  # an inference tensor has no version counter
             return low_bit_weight(w, self.opts["bits_w"])
         # The search is a function of w alone, and the same weight unchanged since the last call (every
         # batch of a validation) gets the codes found then: 20 candidate grids over AlexNet's 38M-weight
