@@ -212,9 +212,9 @@ class Ui8Quantizer(LayerQuantizer):
         if kernels.compiling() or w.is_inference():  # an inference tensor has no version counter
             return low_bit_weight(w, self.opts["bits_w"])
         # The search is a function of w alone, and the same weight unchanged since the last call (every
-        # batch of a validation) gets the codes found then: 20 candidate grids over AlexNet's 38M-weight
-        # layer took 1.3 s a batch (docs/methods.md). In-place updates (the optimizer's, load_state_dict's)
-        # bump the tensor's version; holding w keeps another tensor from taking its place.
+        # batch of a validation) gets the codes found then (its cost: docs/methods.md). In-place updates
+        # (the optimizer's, load_state_dict's) bump the tensor's version; holding w keeps another tensor
+        # from taking its place.
         cached = self._low_bit
         if cached is None or cached[0] is not w or cached[1] != w._version:
             cached = self._low_bit = (w, w._version, low_bit_weight(w, self.opts["bits_w"]))

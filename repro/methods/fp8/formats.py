@@ -76,8 +76,8 @@ def round_to(
     small = x.abs() < 2.0**fmt.emin
     ulp = fmt.min_subnormal
     if rounding == "nearest":
-        # over the whole tensor and selected: indexing the small elements (every zero a ReLU leaves is one)
-        # took 9x the rest of the rounding on activations (docs/methods.md)
+        # over the whole tensor and selected: indexing the small elements out and back (every zero a ReLU
+        # leaves is one) cost more than the rest of the rounding on activations (docs/methods.md)
         out = torch.where(small, (x / ulp).round_().mul_(ulp), out)  # x / ulp is exact: a power of two
     elif bool(small.any()):  # the noise drawn for the small elements only, as it always was
         v = x[small] / ulp
