@@ -163,7 +163,8 @@ claims:
 
 # Figures: every paper figure the harness regenerates, and UI8 Table 1 (KS statistics), each drawn from
 # training runs recorded with the statistics recorder (repro.recorder), cached under
-# $(RESULTS)/figures/runs and shared between figures; each writes $(RESULTS)/figures/<name>.png and .csv.
+# $(RESULTS)/figures/runs and shared between figures; each writes $(RESULTS)/figures/<name>.png, .csv and
+# .meta.json (device, data, the runs and the commit).
 # `make figures` draws them all in one process; PROFILE=smoke in a few minutes, embedded within an hour.
 FIGURES := ui8-table1 ui8-figure2 ui8-figure3 ui8-figure4 ui8-figure6 \
            ui8-supplement-figure1 ui8-supplement-figure2 ui8-supplement-figure3 \

@@ -60,7 +60,7 @@ def copy_made(source: Path, dest: Path) -> list[str]:
     figures = sorted((source / "figures").glob("*.png")) if (source / "figures").is_dir() else []
     for png in figures:
         (dest / "figures").mkdir(parents=True, exist_ok=True)
-        for f in (png, png.with_suffix(".csv"), png.with_suffix(".md")):
+        for f in (png, *(png.with_suffix(ext) for ext in (".csv", ".md", ".meta.json"))):
             if f.exists():
                 shutil.copy2(f, dest / "figures" / f.name)
         copied.append(f"figures/{png.stem}")

@@ -1,18 +1,23 @@
 """Every figure target (and UI8 Table 1) at the smoke profile: `repro figure all` trains the recorded runs
-once and writes each PNG and the CSV of its plotted data; the Makefile names every figure; a second call
-draws from the cached runs without training; bad names are usage errors."""
+once and writes each PNG, the CSV of its plotted data and its metadata (device, data, commit); the Makefile
+names every figure; a second call draws from the cached runs without training; bad names are usage
+errors."""
 
 from __future__ import annotations
 
 import csv
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from repro import stats
+from tables import provenance
 from tables.command import main
+from tables.figures import common
 from tables.figures.registry import list_figures
+from tables.figures.runs import ensure
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +46,31 @@ def test_every_figure_writes_its_png_and_csv(drawn, name):
     png, table = results / "figures" / f"{name}.png", results / "figures" / f"{name}.csv"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     assert len(_rows(table)) > 0
+
+
+@pytest.mark.parametrize("name", list_figures())
+def test_every_figure_says_what_made_it(drawn, name):
+    _, results = drawn
+    meta = json.loads((results / "figures" / f"{name}.meta.json").read_text())
+    assert meta["figure"] == name and meta["profile"] == "smoke" and f"{name}.png" in meta["files"]
+    assert meta["commit"] == provenance.commit() and meta["environment_lock"] == provenance.lock_hash()
+    assert meta["data"] and meta["devices"] and meta["runs"]
+    for run in meta["runs"].values():
+        assert run["trained_at"]["commit"] == provenance.commit() and run["elapsed_s"] > 0
+
+
+def test_the_title_and_table1_name_the_commit(drawn):
+    _, results = drawn
+    runs = ensure(["resnet18-fp32"], "smoke", results, progress=False)
+    plt = common.pyplot()
+    fig = plt.figure()
+    common.title(fig, "A figure", list(runs.values()))
+    text = fig._suptitle.get_text().replace("\n", " ")
+    plt.close(fig)
+    assert f"drawn at commit {provenance.commit()}" in text
+    assert f"runs trained at commit {provenance.commit()}" in text
+    md = (results / "figures" / "ui8-table1.md").read_text()
+    assert f"commit {provenance.commit()}" in md.splitlines()[-1]
 
 
 def test_ui8_table1_has_ks_statistics_and_the_papers_numbers(drawn):

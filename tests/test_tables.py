@@ -688,6 +688,19 @@ def test_cached_only_writes_what_the_cache_holds_and_trains_nothing(tmp_path):
     assert repro_main(["table", "table7", "--cached-only"]) == 2
 
 
+def test_keep_copies_a_figure_with_its_data_and_metadata(tmp_path):
+    from tables import keep
+
+    figures = tmp_path / "run" / "figures"
+    figures.mkdir(parents=True)
+    for ext in (".png", ".csv", ".meta.json"):
+        (figures / f"ui8-figure3{ext}").write_text(ext)
+    (figures / "runs").mkdir()  # the recorded runs stay behind
+    assert keep.copy_made(tmp_path / "run", tmp_path / "kept") == ["figures/ui8-figure3"]
+    kept = sorted(p.name for p in (tmp_path / "kept" / "figures").iterdir())
+    assert kept == ["ui8-figure3.csv", "ui8-figure3.meta.json", "ui8-figure3.png"]
+
+
 def test_keep_copies_only_finished_tables_rendered_from_the_cache(tmp_path, monkeypatch, capsys):
     from tables import keep
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tables import provenance
 from tables.figures.runs import RecordedRun
 
 
@@ -30,8 +31,21 @@ def scale_note(profile: str) -> str:
     return f"{profile} profile: stand-in data and a short schedule, not the paper's scale"
 
 
+def trained_at(runs: Iterable[RecordedRun]) -> list[str]:
+    """The commits that trained the runs; runs recorded before runs kept their commit add none."""
+    return sorted({r.meta["trained_at"]["commit"] for r in runs if "trained_at" in r.meta})
+
+
+def made_by(runs: Sequence[RecordedRun]) -> str:
+    """E.g. "drawn at commit 0123456789ab, environment lock 89abcdef0123 (constraints.txt); runs trained at
+    commit 0123456789ab"."""
+    commits = trained_at(runs)
+    trained = f"runs trained at commit {', '.join(commits)}" if commits else "the runs' commit not recorded"
+    return f"drawn at {provenance.line()}; {trained}"
+
+
 def title(fig, what: str, runs: Sequence[RecordedRun], detail: str = "") -> None:
-    """Suptitle: the paper's figure and what it shows; then the profile, data, models, device."""
+    """Suptitle: the paper's figure and what it shows; then the profile, data, models, device, commit."""
     first = runs[0]
     data = sorted({r.data for r in runs})
     models = sorted({r.spec.model for r in runs})
@@ -41,6 +55,7 @@ def title(fig, what: str, runs: Sequence[RecordedRun], detail: str = "") -> None
     ]
     if detail:
         lines.append(detail)
+    lines.append(made_by(runs))
     width = int(fig.get_figwidth() * 15)  # characters of 8.5 pt text per line of the figure's width
     fig.suptitle("\n".join(textwrap.fill(line, width) for line in lines), fontsize=8.5)
 

@@ -33,6 +33,7 @@ import kernels
 from atomic_files import write_folder
 from kernels.bench.devices import describe, label
 from repro.recorder import load
+from tables import provenance
 from tables.cells import normalize_options
 from tables.render import describe_dataset
 from tasks import classification
@@ -335,6 +336,7 @@ def train(spec: RunSpec, profile: str, folder: Path, data_root: str | None, log:
             "lr": recipe["lr"] * spec.lr_factor,
             "elapsed_s": round(time.perf_counter() - start, 1),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "trained_at": provenance.as_dict(),
         }
         body = {"result": result.to_dict(), "meta": meta}
 
