@@ -87,7 +87,7 @@ def markdown(rows: list[dict], run: RecordedRun) -> str:
         lines.append(f"| {' | '.join(cells)} |")
     modules = ", ".join(f"`{r['module']}`" for r in rows[::2])
     lines += ["", f"Layers: UI8's blocks counted from 0, conv3 the 1x1 projection (torchvision {modules})."]
-    lines += ["", f"Made {common.made_by([run])}."]
+    lines += ["", f"Provenance: {common.made_by([run])}."]
     return "\n".join(lines) + "\n"
 
 
