@@ -87,3 +87,24 @@ def test_the_weight_gradient_is_rounded_twice_fp16_then_fp8_as_stored():
     layer = model[1]
     layer(torch.ones(3, 1)).backward(torch.tensor([[1.25], [0.125], [-(2.0**-12)]]))
     assert layer.weight.grad.item() == 1.5
+
+
+@pytest.mark.parametrize("fmt", [FP8, FP16], ids=["fp8", "fp16"])
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+def test_rounding_in_chunks_gives_the_bits_and_the_noise_stream_of_one_pass(fmt, rounding, monkeypatch):
+    """Large tensors are rounded a chunk at a time (formats.CHUNK): the same values, and a generator left
+    where one pass leaves it (subnormals, ties and values beyond max among them)."""
+    from repro.methods.fp8 import formats
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 1003) * torch.logspace(-40, 5, 5015, base=2).reshape(5, 1003)
+    x[0, :300] = torch.arange(300) * 2.0**-10 + 2.0**-11  # halfway between FP16 grid points
+    x[1, :10] = 0.0
+    x[2, :5] = 1e9
+    gens = [torch.Generator().manual_seed(3) for _ in range(2)]
+    whole = round_to(x, fmt, rounding, gens[0])
+    monkeypatch.setattr(formats, "CHUNK", 256)  # 20 chunks, the last one short
+    chunked = round_to(x, fmt, rounding, gens[1])
+    assert torch.equal(whole.view(torch.int32), chunked.view(torch.int32))
+    assert torch.equal(gens[0].get_state(), gens[1].get_state())
+    assert (chunked.abs() <= fmt.max).all() and (chunked[x.abs() < 2.0**fmt.emin] != 0).any()
