@@ -148,7 +148,14 @@ class Cache:
             return None
         return entry
 
-    def store(self, cell: Cell, result: Mapping[str, Any], elapsed_s: float) -> Path:
+    def store(
+        self,
+        cell: Cell,
+        result: Mapping[str, Any],
+        elapsed_s: float,
+        ran_with: Mapping[str, int] | None = None,
+    ) -> Path:
+        """ran_with: how the machine was shared while the cell ran (tables.generate.ran_with)."""
         entry = {
             "schema": SCHEMA,
             "key": cell.key,
@@ -157,6 +164,8 @@ class Cache:
             "elapsed_s": round(float(elapsed_s), 3),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+        if ran_with is not None:
+            entry["ran_with"] = dict(ran_with)
         text = json.dumps(_finite(entry), indent=1, sort_keys=True, default=_jsonable, allow_nan=False)
         self.root.mkdir(parents=True, exist_ok=True)
         return write_file(self.path(cell), text)

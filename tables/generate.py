@@ -9,7 +9,9 @@ and the rest still runs; KeyboardInterrupt propagates after the finished cells a
 Each cell trains in its own work dir, results/work/<cell key>, kept until the cell is cached: a cell
 whose run was killed resumes from its checkpoints there (tasks.runner). A process runs a cell only
 under its claim (tables.cells.CellClaim): two table runs on one results directory share the cells out,
-and each waits for the cells the other is running before writing its table.
+and each waits for the cells the other is running before writing its table (`make table4 JOBS=2` starts
+two, one thread each on 2 cores; each cell's cache entry says how many ran at a time and on how many
+threads, and the table says how many of its cells ran so).
 Each cell's training log (what the task prints to stdout, e.g. mmengine's logger) goes to
 results/logs/<cell key>.log rather than the terminal, so the progress bar stays readable; `verbose`
 keeps it on the terminal.
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm.auto import tqdm
 
 import kernels
@@ -83,6 +86,15 @@ class Outcome:
     error: str | None = None
     cached: bool = False
     elapsed_s: float | None = None  # the cell's own training time, where and whenever it ran
+    ran_with: dict[str, int] | None = None  # ran_with() when it ran; None: not recorded (older cells)
+
+
+JOBS_ENV = "REPRO_TABLE_JOBS"  # set by `make <table> JOBS=n`: n table processes share the machine
+
+
+def ran_with() -> dict[str, int]:
+    """How this process shares the machine: its threads, and how many table processes run at once."""
+    return {"threads": torch.get_num_threads(), "jobs": max(1, int(os.environ.get(JOBS_ENV) or 1))}
 
 
 @dataclass
@@ -191,9 +203,7 @@ def run_cells(
     for cell in cells:
         entry = cache.load(cell)
         if entry is not None:
-            outcomes[cell.key] = Outcome(
-                result=entry["result"], cached=True, elapsed_s=entry.get("elapsed_s")
-            )
+            outcomes[cell.key] = cached_outcome(entry)
         else:
             todo.append(cell)
     if not todo or cached_only:
@@ -246,9 +256,7 @@ class _Session:
         try:
             entry = self.cache.load(cell)
             if entry is not None:
-                outcomes[cell.key] = Outcome(
-                    result=entry["result"], cached=True, elapsed_s=entry.get("elapsed_s")
-                )
+                outcomes[cell.key] = cached_outcome(entry)
             else:
                 self.bar.set_postfix_str(cell.describe(), refresh=True)
                 outcomes[cell.key] = self.run(cell)
@@ -285,14 +293,21 @@ class _Session:
             self.bar.write(f"{self.plan.spec.name}: {cell.describe()} failed: {one_line(err)} (see {where})")
             return Outcome(error=one_line(err))
         elapsed = time.perf_counter() - start
-        path = self.cache.store(cell, result, elapsed)
+        how = ran_with()
+        path = self.cache.store(cell, result, elapsed, how)
         shutil.rmtree(work_dir, ignore_errors=True)
         if result.get("skipped_samples"):  # --skip-bad-samples: never silent
             n = len(result["skipped_samples"])
             self.bar.write(
                 f"{self.plan.spec.name}: {cell.describe()} skipped {n} bad samples (listed in {path})"
             )
-        return Outcome(result=result, elapsed_s=elapsed)
+        return Outcome(result=result, elapsed_s=elapsed, ran_with=how)
+
+
+def cached_outcome(entry: Mapping[str, Any]) -> Outcome:
+    return Outcome(
+        result=entry["result"], cached=True, elapsed_s=entry.get("elapsed_s"), ran_with=entry.get("ran_with")
+    )
 
 
 def _cell_log(log_root: Path | None, cell: Cell) -> contextlib.AbstractContextManager:

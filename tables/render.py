@@ -340,6 +340,8 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
             "cached": sum(1 for o in outcomes.values() if o.cached),
             "ran": sum(1 for o in outcomes.values() if not o.cached),
             "errors": sum(1 for o in outcomes.values() if o.error),
+            # cells that ran beside other cells (make JOBS=n), by (jobs, threads)
+            "shared": _shared(outcomes.values()),
         },
         # what regenerating the table from an empty cache costs: its cells' own training times
         "training_seconds": round(sum(o.elapsed_s or 0.0 for o in outcomes.values()), 1),
@@ -347,6 +349,18 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
         "device": devices.label(devices.describe(devices.resolve(None))),
         **provenance.as_dict(),
     }
+
+
+def _shared(outcomes) -> dict[str, int]:
+    """{"<jobs> at a time, <threads> thread(s) each": cells} for the cells that ran beside other cells."""
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        how = o.ran_with or {}
+        if how.get("jobs", 1) > 1:
+            t = how.get("threads")
+            key = f"{how['jobs']} at a time, {t} thread{'s' if t != 1 else ''} each"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def _span(values: set) -> str:
@@ -444,7 +458,11 @@ def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
         f"{cells['cached']} from the cache, {cells['ran']} run now, {cells['errors']} failed. "
         f"At commit {meta['commit']}, environment lock {meta['environment_lock']}, on {meta['device']}. "
         f"Its cells trained for {_duration(meta.get('training_seconds'))} in all (each where it ran); "
-        f"this run took {_duration(meta.get('wall_seconds'))}.",
+        f"this run took {_duration(meta.get('wall_seconds'))}."
+        + "".join(
+            f" {n} of its cells ran {how} (`make JOBS=`): their ms/iter are of a shared machine."
+            for how, n in cells.get("shared", {}).items()
+        ),
     ]
     return "\n".join(lines) + "\n"
 

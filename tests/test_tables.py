@@ -718,3 +718,47 @@ def test_keep_copies_only_finished_tables_rendered_from_the_cache(tmp_path, monk
     assert not (dest / "table1.md").exists() and "table1 (" in capsys.readouterr().out
     assert "pending" not in (dest / "table2.md").read_text()
     assert keep.main(["--from", str(tmp_path / "nowhere")]) == 2
+
+
+def test_a_cell_says_how_the_machine_was_shared_and_the_table_counts_them(tmp_path, monkeypatch):
+    import torch
+
+    fake = FakeRunner()
+    monkeypatch.setattr("tables.generate.load_task_runner", lambda task: (fake, "v"))
+    alone = generate("table2", profile="smoke", results_dir=tmp_path / "alone", progress=False)
+    assert all(o.ran_with == {"threads": torch.get_num_threads(), "jobs": 1} for o in alone.outcomes.values())
+    assert "at a time" not in (tmp_path / "alone" / "table2.md").read_text()
+    monkeypatch.setenv("REPRO_TABLE_JOBS", "2")
+    shared = generate("table2", profile="smoke", results_dir=tmp_path / "shared", progress=False)
+    n = len(shared.outcomes)
+    footer = (tmp_path / "shared" / "table2.md").read_text().splitlines()[-1]
+    assert f"{n} of its cells ran 2 at a time, {torch.get_num_threads()} thread" in footer
+    entry = json.loads(next((tmp_path / "shared" / "cache").glob("*.json")).read_text())
+    assert entry["ran_with"]["jobs"] == 2
+    monkeypatch.delenv("REPRO_TABLE_JOBS")  # read back from the cache by a process running alone
+    again = generate("table2", profile="smoke", results_dir=tmp_path / "shared", progress=False)
+    want = {"threads": torch.get_num_threads(), "jobs": 2}
+    assert all(o.cached and o.ran_with == want for o in again.outcomes.values())
+
+
+def test_make_jobs_starts_that_many_table_processes_sharing_the_cores(tmp_path):
+    """`make table4 JOBS=2`: two processes, nproc/2 threads each, REPRO_TABLE_JOBS set, one progress bar."""
+    import subprocess
+    from pathlib import Path
+
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    log = tmp_path / "calls.txt"
+    stub = bin_dir / "python"  # stands in for the project's python: records how it was started
+    stub.write_text(f'#!/bin/sh\necho "$OMP_NUM_THREADS $REPRO_TABLE_JOBS $*" >> {log}\n')
+    stub.chmod(0o755)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        ["make", "-s", "table4", "JOBS=2", f"VENV={tmp_path / 'venv'}", f"RESULTS={tmp_path}"],
+        cwd=root, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    calls = sorted(log.read_text().splitlines())
+    threads = max(1, len(os.sched_getaffinity(0)) // 2)  # what nproc says
+    assert len(calls) == 2 and all(c.startswith(f"{threads} 2 -m tables.command table table4") for c in calls)
+    assert sum("--no-progress" in c for c in calls) == 1
