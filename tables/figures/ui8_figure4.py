@@ -45,16 +45,10 @@ def draw(runs: dict[str, RecordedRun], out: Path) -> list[Path]:
         rec = fp32.find("G", mobilenet_v2_conv(MOBILENET_BLOCK, conv), mid)[0]
         ratio, dc = np.array(rec["clip_curve"]["ratio"]), np.array(rec["clip_curve"]["d_c"])
         best = int(np.argmin(dc))
-        (line,) = a.plot(ratio, dc, label=f"layer{MOBILENET_BLOCK} conv{conv}", linewidth=1.2)
+        # the optimum in the legend: beside the stars, the three labels overlapped where the optima are close
+        label = f"layer{MOBILENET_BLOCK} conv{conv}, optimum (*) gamma = {ratio[best]:.3g} max|g|"
+        (line,) = a.plot(ratio, dc, label=label, linewidth=1.2)
         a.plot(ratio[best], dc[best], "*", markersize=10, color=line.get_color())
-        a.annotate(
-            f"gamma = {ratio[best]:.3g} max|g|",
-            (ratio[best], dc[best]),
-            fontsize=7,
-            color=line.get_color(),
-            xytext=(4, -10),
-            textcoords="offset points",
-        )
         where = {"panel": "a", "layer": rec["layer"], "iteration": mid}
         points = enumerate(zip(ratio, dc, strict=True))
         rows.extend(
