@@ -340,8 +340,8 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
             "cached": sum(1 for o in outcomes.values() if o.cached),
             "ran": sum(1 for o in outcomes.values() if not o.cached),
             "errors": sum(1 for o in outcomes.values() if o.error),
-            # cells that ran beside other cells (make JOBS=n), by (jobs, threads)
-            "shared": _shared(outcomes.values()),
+            # only when some cells ran beside other cells (make JOBS=n): how many, by jobs and threads
+            **({"shared": shared} if (shared := _shared(outcomes.values())) else {}),
         },
         # what regenerating the table from an empty cache costs: its cells' own training times
         "training_seconds": round(sum(o.elapsed_s or 0.0 for o in outcomes.values()), 1),

@@ -142,7 +142,7 @@ def _train(args) -> int:
 
     task = get_task(args.task)
     config = getattr(args, "config", None)
-    if args.model is None and config is None:
+    if not args.model and config is None:  # --model '' names no model either
         print("error: --model is required (or --config for --task detection)", file=sys.stderr)
         return 2
     if args.profile == "paper" and args.work_dir is None and _rank() == 0:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tables.command import main
@@ -58,6 +58,7 @@ def no_training(monkeypatch):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argv=train_argv())
+@example(argv=["train", "--method", "resnet18", "--model", ""])  # raised a TypeError once
 def test_any_train_command_line_is_exit_0_or_2_and_one_line(argv, no_training, capsys):
     try:
         code = main(argv)
