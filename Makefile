@@ -143,14 +143,16 @@ tables: $(TABLES)
 
 # JOBS=n: n processes share the table's cells, each on nproc/n threads (a cell's claim keeps them apart; the
 # first shows the progress bar). On 2 cores, JOBS=2 trains 1.0-1.9x more cells an hour than one process on
-# 2 threads (docs/tables.md); the table says which cells' ms/iter were measured so.
+# 2 threads (docs/tables.md); the table says which cells' ms/iter were measured so. Background jobs of a
+# non-interactive shell ignore Ctrl-C, hence the trap: it stops them (their finished cells stay cached).
 JOBS ?= 1
 $(filter-out $(SPEED_TABLES),$(TABLES)):
 	@if [ "$(JOBS)" -le 1 ]; then set -x; $(BIN)/python -m tables.command table $@ $(TABLE_ARGS); exit; fi; \
 	threads=$$(( $$(nproc) / $(JOBS) )); [ "$$threads" -ge 1 ] || threads=1; pids=; \
+	trap 'kill $$pids 2>/dev/null; exit 130' INT TERM; \
 	for i in $$(seq $(JOBS)); do \
-	  ( set -x; OMP_NUM_THREADS=$$threads REPRO_TABLE_JOBS=$(JOBS) $(BIN)/python -m tables.command table $@ \
-	    $(TABLE_ARGS) $$([ "$$i" = 1 ] || echo --no-progress) ) & pids="$$pids $$!"; sleep 1; \
+	  ( export OMP_NUM_THREADS=$$threads REPRO_TABLE_JOBS=$(JOBS); set -x; exec $(BIN)/python -m tables.command \
+	    table $@ $(TABLE_ARGS) $$([ "$$i" = 1 ] || echo --no-progress) ) & pids="$$pids $$!"; sleep 1; \
 	done; rc=0; for p in $$pids; do wait $$p || rc=$$?; done; exit $$rc
 
 $(SPEED_TABLES):

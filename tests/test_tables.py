@@ -762,3 +762,41 @@ def test_make_jobs_starts_that_many_table_processes_sharing_the_cores(tmp_path):
     threads = max(1, len(os.sched_getaffinity(0)) // 2)  # what nproc says
     assert len(calls) == 2 and all(c.startswith(f"{threads} 2 -m tables.command table table4") for c in calls)
     assert sum("--no-progress" in c for c in calls) == 1
+
+
+def test_ctrl_c_on_make_jobs_stops_every_table_process(tmp_path):
+    """Background jobs of `sh -c` ignore SIGINT: the recipe's trap must stop them itself."""
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    pids = tmp_path / "pids.txt"
+    stub = bin_dir / "python"  # a table process that would run for a minute
+    stub.write_text(f"#!/bin/sh\necho $$ >> {pids}\nexec sleep 60\n")
+    stub.chmod(0o755)
+    root = Path(__file__).resolve().parents[1]
+    make = subprocess.Popen(
+        ["make", "-s", "table4", "JOBS=2", f"VENV={tmp_path / 'venv'}", f"RESULTS={tmp_path}"],
+        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(pids.read_text().split() if pids.exists() else []) < 2:
+        time.sleep(0.1)
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(started) == 2
+    os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C on the terminal does
+    assert make.wait(timeout=30) != 0
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(p) for p in started):
+        time.sleep(0.1)
+    assert not any(alive(p) for p in started)
