@@ -147,9 +147,10 @@ tables: $(TABLES)
 # non-interactive shell ignore Ctrl-C, hence the trap: it stops them (their finished cells stay cached).
 JOBS ?= 1
 $(filter-out $(SPEED_TABLES),$(TABLES)):
-	@if [ "$(JOBS)" -le 1 ]; then set -x; $(BIN)/python -m tables.command table $@ $(TABLE_ARGS); exit; fi; \
+	@case "$(JOBS)" in ''|*[!0-9]*) echo "make: JOBS takes a whole number of processes, got '$(JOBS)'" >&2; exit 2;; esac; \
+	if [ "$(JOBS)" -le 1 ]; then set -x; $(BIN)/python -m tables.command table $@ $(TABLE_ARGS); exit; fi; \
 	threads=$$(( $$(nproc) / $(JOBS) )); [ "$$threads" -ge 1 ] || threads=1; pids=; \
-	trap 'kill $$pids 2>/dev/null; exit 130' INT TERM; \
+	trap 'kill $$pids 2>/dev/null; echo "make: stopped; finished cells stay cached: run the same command to go on" >&2; exit 130' INT TERM; \
 	for i in $$(seq $(JOBS)); do \
 	  ( export OMP_NUM_THREADS=$$threads REPRO_TABLE_JOBS=$(JOBS); set -x; exec $(BIN)/python -m tables.command \
 	    table $@ $(TABLE_ARGS) $$([ "$$i" = 1 ] || echo --no-progress) ) & pids="$$pids $$!"; sleep 1; \
