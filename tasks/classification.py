@@ -7,10 +7,11 @@
 This module holds the task's recipe (its model is tasks.classifiers.ImageClassifier, its data
 tasks.classification_dataset)
 (tasks/configs/classification/<profile>.py); the training runs through the shared harness
-(tasks.runner, tasks.top1). At profile ``paper`` the data are ImageNet / CIFAR-10 from ``data_root``;
-at ``embedded`` and ``smoke`` their stand-ins (tasks.datasets: ``digits`` for ImageNet, ``shapes10``
-for CIFAR-10), made once in the data cache. The recipes and the sources of their numbers are in the
-config files; a run's scores: ``top1``, the validation accuracy (%) after the last epoch.
+(tasks.runner, tasks.top1). At profile ``paper`` the data are ImageNet / CIFAR-10 from ``data_root``; at
+``embedded`` and ``smoke`` the stand-in each profile's config names (embedded: Fashion-MNIST from ``make
+data``, tasks.package_data; smoke: the generated ``digits`` / ``shapes10`` of tasks.datasets). The
+recipes and the sources of their numbers are in the config files; a run's scores: ``top1``, the
+validation accuracy (%) after the last epoch.
 """
 
 from __future__ import annotations
@@ -101,8 +102,9 @@ def run(
     """Train one model with one method at one profile; a diverged run is recorded, not raised.
 
     paper_dataset names the dataset of the paper's table ("imagenet" or "cifar10"): at profile "paper"
-    it is read from data_root; at "embedded" / "smoke" its stand-in is used (digits for ImageNet,
-    shapes10 for CIFAR-10), made once in the data cache (data_root, if given, is that cache).
+    it is read from data_root; at "embedded" / "smoke" the stand-in the profile's config names is used
+    (embedded: Fashion-MNIST; smoke: digits / shapes10), from the data cache (data_root, if given, is that
+    cache).
     Unknown model / method / profile / paper_dataset names are a ValueError listing the choices. With a
     work_dir the run keeps checkpoints there and resumes from its own (tasks.runner); skip_bad_samples
     skips unreadable images instead of stopping (the result lists them).

@@ -1,4 +1,4 @@
-"""Classification data: CIFAR-10 and ImageNet from a data root, and two embedded stand-ins.
+"""Classification data: CIFAR-10 and ImageNet from a data root, and two generated stand-ins.
 
 Real data (profile ``paper``) is read from ``--data-root`` and never downloaded:
 
@@ -9,10 +9,10 @@ Real data (profile ``paper``) is read from ``--data-root`` and never downloaded:
 
 A missing root is one error line (DatasetNotFoundError) naming the expected layout.
 
-The embedded stand-ins (profiles ``embedded`` and ``smoke``) need no download. Each is made once, on
-first use, in the data cache (tasks.data_cache: atomically, so a killed run never leaves half a
-dataset). Each is written in a real on-disk format and read back by the same loader code as the
-dataset it stands in for:
+The generated stand-ins (profile ``smoke``; ``embedded`` trains on Fashion-MNIST, tasks.package_data)
+need no download. Each is made once, on first use, in the data cache (tasks.data_cache: atomically, so a
+killed run never leaves half a dataset). Each is written in a real on-disk format and read back by the
+same loader code as the dataset it stands in for:
 
 - ``digits`` (stands in for ImageNet): scikit-learn's handwritten digits (``load_digits``: 1,797 real
   8x8 grey-level scans of handwritten 0-9 from 43 writers, UCI), split 1,437 train / 360 val,

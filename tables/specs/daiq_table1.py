@@ -1,9 +1,8 @@
 """DAIQ Table 1: sensitivity of the Magnitude-aware Clipping Strategy to k and A (ResNet-18, ImageNet).
 
-The paper prints only the INT8 top-1 of each (k, A); the measured FP32 baseline of the same model is
-shown beside them. At the embedded profile the stand-in for ImageNet is `digits` (scikit-learn's 1,797
-real 8x8 handwritten digits, written as PNG class folders and read through the ImageNet ImageFolder
-path); its numbers are not ImageNet numbers. The generated header names the data actually used.
+The paper prints only the INT8 top-1 of each (k, A); the measured FP32 baseline of the same model is shown
+beside them. At the embedded profile the stand-in for ImageNet is Fashion-MNIST (docs/data.md says why); its
+numbers are not ImageNet numbers. The generated header names the data actually used.
 """
 
 from tables.spec import Reported, Source, Spec, row_factory

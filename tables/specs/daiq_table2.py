@@ -1,11 +1,10 @@
 """DAIQ Table 2: ablation of the gradient quantization strategies (ResNet-18, ImageNet).
 
-GQ (one scale per tensor, max|G|), OursGVQ (per-channel scales, no clipping strategy), OursMCS (the
-clipping strategy on the whole layer, no per-channel scales) and Ours (both). The paper prints only the
-INT8 top-1; the measured FP32 baseline of the same model is shown beside them. At the embedded profile
-the stand-in for ImageNet is `digits` (scikit-learn's 1,797 real 8x8 handwritten digits, written as PNG
-class folders and read through the ImageNet ImageFolder path); its numbers are not ImageNet numbers. The
-generated header names the data actually used.
+GQ (one scale per tensor, max|G|), OursGVQ (per-channel scales, no clipping strategy), OursMCS (the clipping
+strategy on the whole layer, no per-channel scales) and Ours (both). The paper prints only the INT8 top-1; the
+measured FP32 baseline of the same model is shown beside them. At the embedded profile the stand-in for
+ImageNet is Fashion-MNIST (docs/data.md says why); its numbers are not ImageNet numbers. The generated header
+names the data actually used.
 """
 
 from tables.spec import Reported, Source, Spec, row_factory

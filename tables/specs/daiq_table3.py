@@ -1,9 +1,8 @@
 """DAIQ Table 3: top-1 accuracy on CIFAR-10 (ResNet-20, MobileNetV2, InceptionV3; UI8 vs DAIQ).
 
-The UI8 rows are DAIQ's citation of UI8 Table 6; they agree with UI8's own table. At the embedded
-profile the stand-in for CIFAR-10 is `shapes10` (a generated, seeded 10-class set of 32x32 RGB shape
-images written in CIFAR-10's on-disk format); its numbers are not CIFAR-10 numbers. The generated header
-names the data actually used.
+The UI8 rows are DAIQ's citation of UI8 Table 6; they agree with UI8's own table. At the embedded profile the
+stand-in for CIFAR-10 is Fashion-MNIST (docs/data.md says why); its numbers are not CIFAR-10 numbers. The
+generated header names the data actually used.
 """
 
 from tables.spec import Spec, row_factory

@@ -1,12 +1,10 @@
 """DAIQ Table 4: top-1 accuracy on ImageNet, DAIQ against UI8, AFP, WAGEUBN, FP8 training, DoReFa-Net.
 
-The project's main job (`make table4`). UI8, WAGEUBN and DoReFa/FP8 numbers are DAIQ's citations; each
-is cross-checked against UI8 Table 7 and WAGEUBN Table I where those print it, and the disagreements are
-footnoted. AFP's numbers and the FP32 of DoReFa-Net and FP8 training come from papers not in papers/ and
-are not cross-checked. At the embedded profile the stand-in for ImageNet is `digits` (scikit-learn's
-1,797 real 8x8 handwritten digits, written as PNG class folders and read through the ImageNet
-ImageFolder path); its numbers are not ImageNet numbers. The generated header names the data actually
-used.
+The project's main job (`make table4`). UI8, WAGEUBN and DoReFa/FP8 numbers are DAIQ's citations; each is
+cross-checked against UI8 Table 7 and WAGEUBN Table I where those print it, and the disagreements are
+footnoted. AFP's numbers and the FP32 of DoReFa-Net and FP8 training come from papers not in papers/ and are
+not cross-checked. At the embedded profile the stand-in for ImageNet is Fashion-MNIST (docs/data.md says why);
+its numbers are not ImageNet numbers. The generated header names the data actually used.
 """
 
 from tables.spec import Reported, Source, Spec, row_factory

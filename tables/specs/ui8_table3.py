@@ -1,10 +1,9 @@
 """UI8 Table 3: ablation of the clipping method (MobileNetV2, CIFAR-10, INT8 top-1).
 
-"No clipping" crashed in the paper (printed as NaN): it is recorded as a diverged paper result. The
-paper prints no FP32 here; the measured FP32 baseline is shown beside the rows. At the embedded profile
-the stand-in for CIFAR-10 is `shapes10` (a generated, seeded 10-class set of 32x32 RGB shape images
-written in CIFAR-10's on-disk format); its numbers are not CIFAR-10 numbers. The generated header names
-the data actually used.
+"No clipping" crashed in the paper (printed as NaN): it is recorded as a diverged paper result. The paper
+prints no FP32 here; the measured FP32 baseline is shown beside the rows. At the embedded profile the stand-in
+for CIFAR-10 is Fashion-MNIST (docs/data.md says why); its numbers are not CIFAR-10 numbers. The generated
+header names the data actually used.
 """
 
 from tables.spec import Spec, row_factory

@@ -1,9 +1,8 @@
 """UI8 Table 4: hyperparameters alpha and beta of the learning-rate scaling (MobileNetV2, CIFAR-10).
 
-The paper prints only the INT8 top-1; the measured FP32 baseline is shown beside the rows. At the
-embedded profile the stand-in for CIFAR-10 is `shapes10` (a generated, seeded 10-class set of 32x32 RGB
-shape images written in CIFAR-10's on-disk format); its numbers are not CIFAR-10 numbers. The generated
-header names the data actually used.
+The paper prints only the INT8 top-1; the measured FP32 baseline is shown beside the rows. At the embedded
+profile the stand-in for CIFAR-10 is Fashion-MNIST (docs/data.md says why); its numbers are not CIFAR-10
+numbers. The generated header names the data actually used.
 """
 
 from tables.spec import Reported, Source, Spec, row_factory

@@ -1,9 +1,8 @@
 """UI8 Table 5: period of the clip-value update (MobileNetV2, CIFAR-10; clipping and LR scaling on).
 
-alpha = 20, beta = 0.1 (UI8 section 4.1). The paper prints only the INT8 top-1; the measured FP32
-baseline is shown beside the rows. At the embedded profile the stand-in for CIFAR-10 is `shapes10` (a
-generated, seeded 10-class set of 32x32 RGB shape images written in CIFAR-10's on-disk format); its
-numbers are not CIFAR-10 numbers. The generated header names the data actually used.
+alpha = 20, beta = 0.1 (UI8 section 4.1). The paper prints only the INT8 top-1; the measured FP32 baseline is
+shown beside the rows. At the embedded profile the stand-in for CIFAR-10 is Fashion-MNIST (docs/data.md says
+why); its numbers are not CIFAR-10 numbers. The generated header names the data actually used.
 """
 
 from tables.spec import Spec, row_factory

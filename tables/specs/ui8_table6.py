@@ -1,10 +1,9 @@
 """UI8 Table 6: results on CIFAR-10 (ResNet-20, MobileNetV2, InceptionV3).
 
-The paper prints one FP row per model (UI8's own FP32 baseline); it is the paper FP32 of that model's
-"Ours" row. The cited FP8 training row has no FP32 of its own in this table. UI8 prints no deltas. At
-the embedded profile the stand-in for CIFAR-10 is `shapes10` (a generated, seeded 10-class set of 32x32
-RGB shape images written in CIFAR-10's on-disk format); its numbers are not CIFAR-10 numbers. The
-generated header names the data actually used.
+The paper prints one FP row per model (UI8's own FP32 baseline); it is the paper FP32 of that model's "Ours"
+row. The cited FP8 training row has no FP32 of its own in this table. UI8 prints no deltas. At the embedded
+profile the stand-in for CIFAR-10 is Fashion-MNIST (docs/data.md says why); its numbers are not CIFAR-10
+numbers. The generated header names the data actually used.
 """
 
 from tables.spec import Spec, row_factory

@@ -1,12 +1,11 @@
 """UI8 Table 7: results on ImageNet (AlexNet, ResNet-18/34/50, MobileNetV2, InceptionV3).
 
-The paper prints one FP row per model (UI8's own FP32 baseline); it is the paper FP32 of that model's
-"Ours" rows. Cited rows (DoReFa-Net, WAGE, WAGEUBN, FP8 training) have no FP32 of their own in this
-table. UI8 prints no deltas. "Ours 2/8/8" runs `ui8` with bits_w=2 (2-bit weights; the paper does not
-say how it quantizes them: repro/methods/ui8.py gives our reading). At the embedded profile the stand-in
-for ImageNet is `digits` (scikit-learn's 1,797 real 8x8 handwritten digits, written as PNG class folders
-and read through the ImageNet ImageFolder path); its numbers are not ImageNet numbers. The generated
-header names the data actually used.
+The paper prints one FP row per model (UI8's own FP32 baseline); it is the paper FP32 of that model's "Ours"
+rows. Cited rows (DoReFa-Net, WAGE, WAGEUBN, FP8 training) have no FP32 of their own in this table. UI8 prints
+no deltas. "Ours 2/8/8" runs `ui8` with bits_w=2 (2-bit weights; the paper does not say how it quantizes them:
+repro/methods/ui8.py gives our reading). At the embedded profile the stand-in for ImageNet is Fashion-MNIST
+(docs/data.md says why); its numbers are not ImageNet numbers. The generated header names the data actually
+used.
 """
 
 from tables.spec import Reported, Source, Spec, row_factory

@@ -1,10 +1,8 @@
 """WAGEUBN Table I: accuracy of vanilla and WAGEUBN ResNet-18/34/50 on ImageNet (top-1; top-5 kept).
 
-Two WAGEUBN versions per model: '16-bit E2' (kE2 = 16; registry name wageubn-e2-16) and full 8-bit (kE2
-= 8 with Flag QE2; wageubn). The vanilla row (all 32 bits) is the paper FP32 of both. The rows run once
-the WAGEUBN methods are in the registry; until then they are `not implemented`. At the embedded profile
-the stand-in for ImageNet is `digits` (scikit-learn's 1,797 real 8x8 handwritten digits, written as PNG
-class folders and read through the ImageNet ImageFolder path); its numbers are not ImageNet numbers. The
+Two WAGEUBN versions per model: '16-bit E2' (kE2 = 16; registry name wageubn-e2-16) and full 8-bit (kE2 = 8
+with Flag QE2; wageubn). The vanilla row (all 32 bits) is the paper FP32 of both. At the embedded profile the
+stand-in for ImageNet is Fashion-MNIST (docs/data.md says why); its numbers are not ImageNet numbers. The
 generated header names the data actually used.
 """
 

@@ -1,12 +1,9 @@
 """WAGEUBN Table II: accuracy with one data type quantized to 8 bits at a time (ResNet-18, ImageNet).
 
-Each row quantizes only one of W, BN, A, GW, E1, E2 to 8-bit integers and keeps the rest (and the
-update) in FP32; the option `quantize_only` names it. The table prints no FP32; WAGEUBN Table I's
-vanilla ResNet18 is 68.70/88.37. The rows run once the WAGEUBN method is in the registry with that
-option; until then they are `not implemented`. At the embedded profile the stand-in for ImageNet is
-`digits` (scikit-learn's 1,797 real 8x8 handwritten digits, written as PNG class folders and read
-through the ImageNet ImageFolder path); its numbers are not ImageNet numbers. The generated header names
-the data actually used.
+Each row quantizes only one of W, BN, A, GW, E1, E2 to 8-bit integers and keeps the rest (and the update) in
+FP32; the option `quantize_only` names it. The table prints no FP32; WAGEUBN Table I's vanilla ResNet18 is
+68.70/88.37. At the embedded profile the stand-in for ImageNet is Fashion-MNIST (docs/data.md says why); its
+numbers are not ImageNet numbers. The generated header names the data actually used.
 """
 
 from tables.spec import Spec, row_factory
