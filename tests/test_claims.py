@@ -91,6 +91,30 @@ def test_speed_claims_read_the_paired_ratios():
     assert claims._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
 
 
+def test_speed_claims_read_compiled_variants_too():
+    # `make table7 COMPILE=1` adds "<method>+compile" rows, each against the compiled baselines
+    base = dict(paper_iteration_vs_fp16=None, paper_iteration_vs_fp32=None, iteration_ms=100.0, batch=16,
+                size=224, device="a CPU")  # fmt: skip
+    rows = [
+        dict(base, method="daiq", precision="INT8", iteration_vs_fp16=0.9, iteration_vs_fp32=0.6),
+        dict(base, method="bf16", precision="FP16", iteration_vs_fp16=1.0, iteration_vs_fp32=0.5),
+        dict(base, method="daiq+compile", precision="INT8", iteration_vs_fp16=0.8, iteration_vs_fp32=0.55),
+        dict(base, method="bf16+compile", precision="FP16", iteration_vs_fp16=1.0, iteration_vs_fp32=0.5),
+    ]
+    ui8 = [
+        dict(base, method="ui8", precision="INT8", iteration_vs_fp16=None, iteration_vs_fp32=0.6),
+        dict(base, method="ui8+compile", precision="INT8", iteration_vs_fp16=None, iteration_vs_fp32=0.7),
+    ]
+    v = claims._int8_faster("FP16")(context(table7=rows, ui8_table10=ui8))
+    assert v.verdict == REPRODUCED and "DAIQ Table 7, compiled" in v.measurement and "0.80" in v.measurement
+    assert claims._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == REPRODUCED
+    rows[2]["iteration_vs_fp16"] = 1.2  # compiled INT8 slower than compiled bf16: the claim fails
+    v = claims._int8_faster("FP16")(context(table7=rows, ui8_table10=ui8))
+    assert v.verdict == NOT_REPRODUCED and "1.20" in v.measurement
+    ui8[1]["iteration_vs_fp32"] = 1.1  # UI8 compiled alone slower than compiled FP32
+    assert claims._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
+
+
 def test_report_files_and_a_claim_that_cannot_be_measured(tmp_path):
     ctx = context()
     ctx.results_dir = tmp_path
