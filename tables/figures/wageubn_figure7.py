@@ -73,6 +73,8 @@ def draw(runs: dict[str, RecordedRun], out: Path) -> list[Path]:
                 ax.step(x, np.where(frac > 0, frac, np.nan), where="mid", color=colour, label=name)
                 rows.extend(common.hist_rows(name, rec, hist, panel=label))
             ax.set_xlabel("value")
+            # E's values are thousandths: plain tick labels run into each other; a power of ten by the axis
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 3), useMathText=True)
         ax.set_title(f"{label}\n{common.short(rec['layer'])}, nonzero after: {rec['quant']['nonzero']:.1%}")
         ax.set_yscale("log")
         ax.set_ylabel("fraction of values (log)")
