@@ -53,6 +53,8 @@ def draw(runs: dict[str, RecordedRun], out: Path) -> list[Path]:
                 f"{100 * share:.0f}% of its {count} {kind}s have P > {LAMBDA}"
             )
             ax.set_yscale("log")
+            ax.set_xlim(-1.05, 1.05)  # every panel on g / max|g|'s whole range, with the same ticks
+            ax.set_xticks([-1.0, -0.5, 0.0, 0.5, 1.0])
             ax.grid(alpha=0.3)
             ax.legend(
                 fontsize=6,
