@@ -25,6 +25,14 @@ def draw(runs: dict[str, RecordedRun], out: Path) -> list[Path]:
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.6))
     rows: list[dict] = []
+    # each batch's best accuracy: its label goes above the point, the others' below (close values overlap)
+    best: dict[int, float] = {}
+    for method in METHODS:
+        for f in BATCH_FACTORS:
+            run = runs[_name(method, f)]
+            v = run.result.get("top1")
+            if v is not None:
+                best[run.meta["batch_size"]] = max(v, best.get(run.meta["batch_size"], v))
     for method, label in METHODS.items():
         by_batch = {runs[_name(method, f)].meta["batch_size"]: runs[_name(method, f)] for f in BATCH_FACTORS}
         points = sorted(by_batch.items(), key=lambda p: p[0])  # a batch floored at 2 may repeat
@@ -39,10 +47,19 @@ def draw(runs: dict[str, RecordedRun], out: Path) -> list[Path]:
                 ax.annotate("diverged", (b, 0.03), xycoords=foot, xytext=(0, 7), textcoords="offset points",
                             ha="center", fontsize=7, color=colour)  # fmt: skip
             else:
+                above = v >= best[b]
                 ax.annotate(
-                    f"{v:.1f}", (b, v), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=7
+                    f"{v:.1f}",
+                    (b, v),
+                    xytext=(0, 6 if above else -6),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom" if above else "top",
+                    fontsize=7,
+                    color=line.get_color(),
                 )
             rows.append({"method": method, "batch_size": b, "top1": v, "diverged": v is None})
+    ax.margins(y=0.12)  # room for the labels above the top point and below the lowest
     ax.set_xscale("log", base=2)
     ax.set_xticks(
         sorted({r["batch_size"] for r in rows}), [str(b) for b in sorted({r["batch_size"] for r in rows})]
