@@ -777,9 +777,12 @@ def test_ctrl_c_on_make_jobs_stops_every_table_process(tmp_path):
     stub.write_text(f"#!/bin/sh\necho $$ >> {pids}\nexec sleep 60\n")
     stub.chmod(0o755)
     root = Path(__file__).resolve().parents[1]
+    # as from a terminal: SIGINT at its default even when pytest itself was started in the background with
+    # `&`, which ignores it, and an ignored signal stays ignored (and untrappable) in every child
     make = subprocess.Popen(
         ["make", "-s", "table4", "JOBS=2", f"VENV={tmp_path / 'venv'}", f"RESULTS={tmp_path}"],
         cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and len(pids.read_text().split() if pids.exists() else []) < 2:
