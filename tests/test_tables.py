@@ -784,13 +784,18 @@ def test_ctrl_c_on_make_jobs_stops_every_table_process(tmp_path):
         cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(pids.read_text().split() if pids.exists() else []) < 2:
-        time.sleep(0.1)
-    started = [int(p) for p in pids.read_text().split()]
-    assert len(started) == 2
-    os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C on the terminal does
-    assert make.wait(timeout=30) != 0
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(pids.read_text().split() if pids.exists() else []) < 2:
+            time.sleep(0.1)
+        started = [int(p) for p in pids.read_text().split()]
+        assert len(started) == 2
+        os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C on the terminal does
+        assert make.wait(timeout=30) != 0
+    finally:  # a failed run leaves no make or stub behind
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGKILL)
+            make.wait()
 
     def alive(pid: int) -> bool:
         try:
