@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -29,10 +30,12 @@ from scipy import stats
 from atomic_files import write_file
 from repro.steptime import COMPILED_SUFFIX
 from tables import provenance
+from tables.delta_interval import delta_interval
+from tasks.top1 import unpack_flags
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 # a difference counts when it lies beyond the 95% interval (two-sided) of the noise: the seeds' spread
-# (Welch's t) and the test sets' binomial error
+# and the test set's error, paired where the runs are kept (compare_rows), else Welch's t and binomial
 LEVEL = 0.95
 
 
@@ -70,6 +73,7 @@ class Context:
     frames: dict[str, pd.DataFrame] = field(default_factory=dict)
     metas: dict[str, dict] = field(default_factory=dict)
     commands: dict[str, str] = field(default_factory=dict)
+    run_frames: dict[str, pd.DataFrame | None] = field(default_factory=dict)
 
     def table(self, name: str) -> pd.DataFrame:
         """The rendered table `name` (training or speed table) at this profile, generating missing cells."""
@@ -96,6 +100,18 @@ class Context:
             self.frames[name], self.metas[name] = out.frame, out.meta
             self.commands[name] = out.meta.get("command", f"repro table {name} --profile {self.profile}")
         return self.frames[name]
+
+    def runs(self, name: str) -> pd.DataFrame | None:
+        """The runs behind table `name`'s rows (tables.render.RUNS_COLUMNS), or None where none were kept
+        (tables kept before 2026-11-27 have none)."""
+        self.table(name)
+        if name not in self.run_frames:
+            found = self.metas.get(name, {}).get("row_runs")
+            if found is None and self.kept is not None:
+                path = self.kept / f"{name}.runs.csv.gz"
+                found = pd.read_csv(path, dtype={"flags": str}) if path.exists() else None
+            self.run_frames[name] = found
+        return self.run_frames[name]
 
     def figure(self, name: str) -> pd.DataFrame:
         """The plotted data (CSV) of figure `name` at this profile, drawing it (and training its runs) if
@@ -167,10 +183,7 @@ def difference(a: Estimate, b: Estimate) -> tuple[float | None, float | None]:
     return a.mean - b.mean, math.sqrt(t**2 * (va + vb) + stats.norm.ppf(0.5 + LEVEL / 2) ** 2 * tests)
 
 
-def compare(a: Estimate, b: Estimate, margin: float = 0.0) -> str:
-    """'above' if a exceeds b + margin beyond the 95% interval of the noise, 'below' if it falls short
-    of b + margin beyond it, 'within' otherwise, 'unknown' without two seeds on both sides."""
-    d, half = difference(a, b)
+def _outcome(d: float | None, half: float | None, margin: float) -> str:
     if d is None or half is None:
         return "unknown"
     d -= margin
@@ -179,6 +192,69 @@ def compare(a: Estimate, b: Estimate, margin: float = 0.0) -> str:
     if d < -half:
         return "below"
     return "within"
+
+
+def compare(a: Estimate, b: Estimate, margin: float = 0.0) -> str:
+    """'above' if a exceeds b + margin beyond the 95% interval of the noise, 'below' if it falls short
+    of b + margin beyond it, 'within' otherwise, 'unknown' without two seeds on both sides."""
+    return _outcome(*difference(a, b), margin)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One row's INT8 against another's: compare()'s outcome, the difference and its 95% half-width."""
+
+    outcome: str
+    delta: float | None
+    half_width: float | None
+    paired: bool  # seed by seed and image by image; else Welch's t and unpaired test errors
+
+    def text(self) -> str:
+        if self.delta is None:
+            return "n/a"
+        if self.half_width is None:
+            return f"{self.delta:+.2f} (no interval)"
+        return f"{self.delta:+.2f} [{self.delta - self.half_width:+.2f}, {self.delta + self.half_width:+.2f}]"
+
+
+PAIRED_NOTE = "paired seed by seed and image by image"
+UNPAIRED_NOTE = "unpaired: the table's runs are not kept"
+
+
+def _paired_runs(runs: pd.DataFrame, row_a: int, row_b: int) -> tuple[list, list] | None:
+    """The per-seed INT8 differences of two rows and their runs' per-image flags, over the seeds both
+    finished; None when a run's flags are missing (then only the unpaired comparison is sound)."""
+
+    def by_seed(row: int) -> dict[int, tuple[float, list[int] | None]]:
+        got = runs[(runs["row"] == row) & (runs["precision"] == "int8") & runs["value"].notna()]
+        return {int(r.seed): (float(r.value), unpack_flags(r.flags if isinstance(r.flags, str) else None))
+                for r in got.itertuples()}  # fmt: skip
+
+    a, b = by_seed(row_a), by_seed(row_b)
+    seeds = sorted(a.keys() & b.keys())
+    if not seeds or any(a[s][1] is None or b[s][1] is None for s in seeds):
+        return None
+    return [a[s][0] - b[s][0] for s in seeds], [(a[s][1], b[s][1]) for s in seeds]
+
+
+def compare_rows(ctx: Context, name: str, a: pd.Series, b: pd.Series, margin: float = 0.0) -> Comparison:
+    """Row a's INT8 against row b's, both of table `name`. The same seed trains both from the same start,
+    and both are scored on the same images: where the table's runs are kept, the difference is taken
+    seed by seed (Student's t on its spread) and its test-set error image by image (delta_interval),
+    which removes the noise the two rows share; otherwise compare()'s unpaired bound."""
+    runs = ctx.runs(name)
+    paired = _paired_runs(runs, int(a.name), int(b.name)) if runs is not None else None
+    if paired is None:
+        d, half = difference(estimate(a), estimate(b))
+    else:
+        diffs, pairs = paired
+        d, half = statistics.fmean(diffs), delta_interval(diffs, pairs).half_width
+    return Comparison(_outcome(d, half, margin), d, half, paired is not None)
+
+
+def _how_compared(comparisons: list[Comparison]) -> str:
+    kinds = {c.paired for c in comparisons if c.delta is not None}
+    return "; ".join(PAIRED_NOTE if k else UNPAIRED_NOTE for k in sorted(kinds, reverse=True))
 
 
 def _seeded_verdict(outcomes: list[str], measured: str, want: str, contrary: str) -> Verdict:
@@ -226,12 +302,15 @@ def _clipping_fixes_the_crash(ctx: Context) -> Verdict:
 def _period_costs_little(ctx: Context) -> Verdict:
     acc = ctx.table("ui8-table5")
     speed = ctx.table("ui8-table2")
-    p1, p100 = estimate(row(acc, label="Period 1")), estimate(row(acc, label="Period 100"))
+    r1, r100 = row(acc, label="Period 1"), row(acc, label="Period 100")
+    p1, p100 = estimate(r1), estimate(r100)
     t = dict(zip(speed["period"], speed["s_per_iter"], strict=True))
     saves = t[100] < 0.9 * t[1]
-    drop = compare(p100, p1, margin=-1.0)  # 'below': period 100 loses more than one point
+    c = compare_rows(ctx, "ui8-table5", r100, r1, margin=-1.0)  # 'below': period 100 loses more than 1
+    drop = c.outcome
     measured = (
-        f"top-1 period 1 {p1.text()}, period 100 {p100.text()} (UI8 Table 5, paper 93.66 -> 93.38); "
+        f"top-1 period 1 {p1.text()}, period 100 {p100.text()}, difference {c.text()} ({_how_compared([c])}) "
+        f"(UI8 Table 5, paper 93.66 -> 93.38); "
         f"s/iter period 1 {t[1]:.3f}, 100 {t[100]:.3f}, 1000 {t[1000]:.3f} (UI8 Table 2 on "
         f"{speed['device'].iloc[0]})"
     )
@@ -248,14 +327,21 @@ def _period_costs_little(ctx: Context) -> Verdict:
 
 def _daiq_ablations_beat_gq(ctx: Context) -> Verdict:
     frame = ctx.table("table2")
-    gq = estimate(row(frame, method="gq"))
-    parts, outcomes = [f"GQ {gq.text()}"], []
+    gq_row = row(frame, method="gq")
+    gq = estimate(gq_row)
+    parts, diffs, comparisons = [f"GQ {gq.text()}"], [], []
     for method, name in (("daiq-gvq", "GVQ"), ("daiq-mcs", "MCS"), ("daiq", "GVQ+MCS")):
-        e = estimate(row(frame, method=method))
-        outcomes.append(compare(e, gq))
-        parts.append(f"{name} {e.text()}")
-    stand_in = row(frame, method="gq")["dataset"]
-    measured = "top-1 " + ", ".join(parts) + f" (DAIQ Table 2 stand-in: {stand_in})"
+        r = row(frame, method=method)
+        c = compare_rows(ctx, "table2", r, gq_row)
+        comparisons.append(c)
+        parts.append(f"{name} {estimate(r).text()}")
+        diffs.append(f"{name} - GQ {c.text()}")
+    stand_in = gq_row["dataset"]
+    measured = (
+        "top-1 " + ", ".join(parts) + "; " + ", ".join(diffs) + f" ({_how_compared(comparisons)}) "
+        f"(DAIQ Table 2 stand-in: {stand_in})"
+    )
+    outcomes = [c.outcome for c in comparisons]
     return _seeded_verdict(outcomes, measured, "above", "a DAIQ variant is significantly below GQ")
 
 
@@ -263,27 +349,35 @@ def _flag_e2_worse_than_16_bit(ctx: Context) -> Verdict:
     frame = ctx.table("wageubn-table1")
     full8 = frame[frame["method"] == "wageubn"]
     e216 = frame[frame["method"] == "wageubn-e2-16"]
-    outcomes, parts = [], []
+    comparisons, parts = [], []
     for _, r8 in full8.iterrows():
         r16 = e216[e216["model"] == r8["model"]]
         if r16.empty:
             continue
+        c = compare_rows(ctx, "wageubn-table1", r16.iloc[0], r8)  # 16-bit E2 above full 8-bit?
+        comparisons.append(c)
         a, b = estimate(r8), estimate(r16.iloc[0])
-        outcomes.append(compare(b, a))  # 16-bit E2 above full 8-bit?
-        parts.append(f"{r8['model']}: full 8-bit {a.text()}, 16-bit E2 {b.text()}")
-    measured = "; ".join(parts)
+        parts.append(f"{r8['model']}: full 8-bit {a.text()}, 16-bit E2 {b.text()}, difference {c.text()}")
+    measured = "; ".join(parts) + f" ({_how_compared(comparisons)})"
+    outcomes = [c.outcome for c in comparisons]
     return _seeded_verdict(outcomes, measured, "above", "full 8-bit E2 is significantly better somewhere")
 
 
 def _e2_most_sensitive(ctx: Context) -> Verdict:
     frame = ctx.table("wageubn-table2")
-    paths = {str(r["options"]).split("=")[-1]: estimate(r) for _, r in frame.iterrows()}
+    paths = {str(r["options"]).split("=")[-1]: r for _, r in frame.iterrows()}
     e2 = paths.pop("E2")
-    order = sorted(paths.items(), key=lambda kv: kv[1].mean if kv[1].mean is not None else math.inf)
-    measured = f"top-1 with only E2 in 8 bits {e2.text()}; " + ", ".join(f"{k} {v.text()}" for k, v in order)
-    outcomes = [compare(e2, other) for other in paths.values()]
+    order = sorted(paths.items(), key=lambda kv: m if (m := estimate(kv[1]).mean) is not None else math.inf)
+    comparisons = {k: compare_rows(ctx, "wageubn-table2", e2, r) for k, r in order}
+    measured = (
+        f"top-1 with only E2 in 8 bits {estimate(e2).text()}; "
+        + ", ".join(f"{k} {estimate(r).text()}" for k, r in order)
+        + "; E2 minus each: "
+        + ", ".join(f"{k} {c.text()}" for k, c in comparisons.items())
+        + f" ({_how_compared(list(comparisons.values()))})"
+    )
     contrary = "quantizing E2 alone costs significantly less than another path"
-    return _seeded_verdict(outcomes, measured, "below", contrary)
+    return _seeded_verdict([c.outcome for c in comparisons.values()], measured, "below", contrary)
 
 
 # (speed table, its INT8 method, the paper's table) each speed claim reads; UI8 Table 10 has no FP16 row
@@ -643,8 +737,10 @@ def markdown(frame: pd.DataFrame, ctx: Context) -> str:
         ),
         "Each verdict is computed from the measurement beside it (tables.claims): a difference counts when "
         f"it lies beyond the {LEVEL:.0%} interval of the noise (the seeds' spread with Student's t, and the "
-        "test set's binomial error); an INT8 - FP32 difference is paired image by image "
-        "(tables/delta_interval.py). With one seed there is no spread and the verdict is inconclusive.",
+        "test set's error). An INT8 - FP32 difference, and one row's INT8 against another's where the "
+        "table's runs are kept (`<table>.runs.csv.gz`), is paired seed by seed and image by image "
+        "(tables/delta_interval.py); without the runs, Welch's t and the two test sets' binomial errors "
+        "added (an upper bound). With one seed there is no spread and the verdict is inconclusive.",
         "",
         f"**Measured at the {ctx.profile} profile on stand-in data and short schedules: these are not "
         "reproductions of the papers' ImageNet, CIFAR-10, COCO or Kinetics numbers.**",

@@ -2,12 +2,16 @@
 
 One output row per paper row. fp32 and int8 are means over the seeds that finished with a number;
 delta is int8 - fp32 of those means, and its spread (Markdown only) is the standard deviation of the
-per-seed differences. A row is `ok`, `diverged (k of n seeds)`, `error: ...`, `pending` (cells not
-run yet) or `not implemented: <reason>`; not-implemented rows carry the paper's numbers only.
+per-seed differences. Beside them, <name>.runs.csv.gz keeps every run behind the rows (its row, seed,
+number and per-image flags), so a comparison of two rows can pair them seed by seed and image by image
+(tables.claims) after the cache that held them is gone. A row is `ok`, `diverged (k of n seeds)`,
+`error: ...`, `pending` (cells not run yet) or `not implemented: <reason>`; not-implemented rows carry
+the paper's numbers only.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import statistics
@@ -60,6 +64,11 @@ CSV_COLUMNS = [
     "source",
     "notes",
 ]
+
+# <name>.runs.csv.gz: one line per row, seed and precision (the FP32 run repeats on every row it serves)
+RUNS_COLUMNS = [
+    "row", "model", "method", "label", "options", "seed", "precision", "value", "diverged", "flags",
+]  # fmt: skip
 
 GENERIC_NOTES = (
     "FP32 and INT8 are means over seeds (± standard deviation when more than one seed finished); "
@@ -134,7 +143,7 @@ def summarize(plan, outcomes: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
     spec = plan.spec
     metric = spec.metric
     footnotes: OrderedDict[str, int] = OrderedDict()
-    records = []
+    records, runs = [], []
     datasets_used: list[str] = []
     epochs_used: set = set()
     iters_used: set = set()
@@ -186,6 +195,8 @@ def summarize(plan, outcomes: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
 
         measured, seen = _measure(rp, outcomes, metric)
         rec.update(measured)
+        ident = {k: rec[k] for k in ("model", "method", "label", "options")}
+        runs += [{"row": len(records), **ident, **run} for run in seen["runs"]]
         datasets_used += [describe_dataset(d, row.paper_dataset, plan.profile) for d in seen["datasets"]]
         epochs_used |= seen["epochs"]
         iters_used |= seen["iters"]
@@ -196,6 +207,7 @@ def summarize(plan, outcomes: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
     frame = frame[CSV_COLUMNS]
     meta = _meta(plan, outcomes, datasets_used, epochs_used, iters_used, list(footnotes))
     meta["row_marks"] = marks
+    meta["row_runs"] = pd.DataFrame.from_records(runs, columns=RUNS_COLUMNS)
     if not (frame["paper_delta_source"] == "computed").any():
         meta["notes"] = [n for n in meta["notes"] if not n.startswith("Paper Δ marked †")]
     return frame, meta
@@ -208,8 +220,8 @@ def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str,
     errors, pending = [], 0
     diverged = {"fp32": 0, "int8": 0}
     simulated = False
-    seen = {"datasets": [], "epochs": set(), "iters": set()}
-    for _seed, fp32_cell, int8_cell in rp.cells:
+    seen = {"datasets": [], "epochs": set(), "iters": set(), "runs": []}
+    for seed, fp32_cell, int8_cell in rp.cells:
         per_seed = {}
         for which, cell in (("fp32", fp32_cell), ("int8", int8_cell)):
             out = outcomes.get(cell.key)
@@ -232,6 +244,9 @@ def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str,
                 (fp32_ms if which == "fp32" else int8_ms).append(float(res["ms_per_iter"]))
             per_seed[which] = _metric(res, metric)
             per_seed[f"{which}_flags"] = unpack_flags(res.get("val_correct")) if metric == "top1" else None
+            flags = res.get("val_correct") if metric == "top1" else None
+            seen["runs"].append({"seed": seed, "precision": which, "value": per_seed[which],
+                                 "diverged": bool(res.get("diverged")), "flags": flags or ""})  # fmt: skip
         if per_seed.get("fp32") is not None:
             fp32_vals.append(per_seed["fp32"])
         if per_seed.get("int8") is not None:
@@ -478,7 +493,12 @@ def write(
     }
     write_file(paths["md"], md)
     write_file(paths["csv"], frame.to_csv(index=False))
-    sidecar = {k: v for k, v in meta.items() if k != "row_marks"}
+    runs = meta.get("row_runs")
+    if runs is not None and len(runs):
+        paths["runs"] = results_dir / f"{name}.runs.csv.gz"
+        # mtime=0: the same runs give the same bytes, so a kept file changes only when its runs do
+        write_file(paths["runs"], gzip.compress(runs.to_csv(index=False).encode(), mtime=0))
+    sidecar = {k: v for k, v in meta.items() if k not in ("row_marks", "row_runs")}
     sidecar["csv_columns"] = list(frame.columns)
     write_file(paths["meta"], json.dumps(sidecar, indent=1, default=str) + "\n")
     return paths

@@ -7,6 +7,8 @@ import pytest
 
 from tables import claims
 from tables.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Context, Estimate, compare
+from tables.render import RUNS_COLUMNS
+from tasks.top1 import pack_flags
 
 
 def _row(label, method="ui8", int8=90.0, std=0.5, n=2, status="ok", **extra):
@@ -58,6 +60,51 @@ def test_ablation_claim_verdicts():
     assert v.verdict == INCONCLUSIVE and "spread" in v.reason
     v = claims._daiq_ablations_beat_gq(context(table2=table(91, 91, 92, n=1)))
     assert v.verdict == INCONCLUSIVE and "one seed" in v.reason
+
+
+def _runs(by_row: dict[int, list[float]], n_images=1000, flags=True) -> pd.DataFrame:
+    """Each row's INT8 runs, one per seed, the first value% of n_images images right (no flags: '')."""
+
+    def packed(v):
+        right = round(v * n_images / 100)
+        return pack_flags([int(i < right) for i in range(n_images)]) if flags else ""
+
+    lines = [dict(row=r, model="m", method="x", label="x", options="", seed=seed, precision="int8", value=v,
+                  diverged=False, flags=packed(v))
+             for r, values in by_row.items() for seed, v in enumerate(values)]  # fmt: skip
+    return pd.DataFrame(lines, columns=RUNS_COLUMNS)
+
+
+def test_two_rows_with_kept_runs_are_compared_seed_by_seed_and_image_by_image(tmp_path):
+    # the seeds move GQ and every ablation together (89, 90, 91), each ablation 0.6 above GQ in every seed:
+    # unpaired, the seeds' spread (1 point) hides the 0.6; paired, it is the same in each seed
+    rows = [
+        _row(label, method, mean, 1.0, 3, int8_test_se=0.95)
+        for label, method, mean in (
+            ("GQ", "gq", 90.0),
+            ("GVQ", "daiq-gvq", 90.6),
+            ("MCS", "daiq-mcs", 90.6),
+            ("both", "daiq", 90.6),
+        )
+    ]
+    seeds = {0: [89.0, 90.0, 91.0]} | {r: [89.6, 90.6, 91.6] for r in (1, 2, 3)}  # fmt: skip
+    unpaired = claims._daiq_ablations_beat_gq(context(table2=rows))
+    assert unpaired.verdict == INCONCLUSIVE and claims.UNPAIRED_NOTE in unpaired.measurement
+    ctx = context(table2=rows)
+    ctx.run_frames["table2"] = _runs(seeds)
+    paired = claims._daiq_ablations_beat_gq(ctx)
+    assert paired.verdict == REPRODUCED and claims.PAIRED_NOTE in paired.measurement
+    c = claims.compare_rows(ctx, "table2", ctx.frames["table2"].iloc[1], ctx.frames["table2"].iloc[0])
+    assert c.paired and c.delta == pytest.approx(0.6) and 0 < c.half_width < 0.6
+    # kept: the runs file beside the table's CSV
+    pd.DataFrame(rows).to_csv(tmp_path / "table2.csv", index=False)
+    _runs(seeds).to_csv(tmp_path / "table2.runs.csv.gz", index=False)
+    kept = Context(profile="embedded", results_dir=tmp_path / "out", kept=tmp_path)
+    assert claims._daiq_ablations_beat_gq(kept).verdict == REPRODUCED
+    # a run without its flags: only the unpaired bound is sound
+    ctx = context(table2=rows)
+    ctx.run_frames["table2"] = _runs(seeds, flags=False)
+    assert claims._daiq_ablations_beat_gq(ctx).verdict == INCONCLUSIVE
 
 
 def test_e2_sensitivity_claim():

@@ -256,7 +256,7 @@ def test_dataset_descriptions():
     assert render.describe_dataset("mnist", "cifar10", "embedded") == "mnist (embedded stand-in for CIFAR-10)"
 
 
-def test_write_puts_the_three_files_side_by_side(made, tmp_path):
+def test_write_puts_the_four_files_side_by_side(made, tmp_path):
     _, _, frame, meta = made
     md = render.markdown(frame, meta)
     paths = render.write(tmp_path / "out", "t-test", frame, md, meta)
@@ -264,13 +264,35 @@ def test_write_puts_the_three_files_side_by_side(made, tmp_path):
         "md": "t-test.md",
         "csv": "t-test.csv",
         "meta": "t-test.meta.json",
+        "runs": "t-test.runs.csv.gz",
     }
     assert paths["md"].read_text() == md
     csv = pd.read_csv(paths["csv"])
     assert list(csv.columns) == render.CSV_COLUMNS and len(csv) == len(ROWS)
     sidecar = json.loads(paths["meta"].read_text())
     assert "row_marks" not in sidecar and sidecar["csv_columns"] == render.CSV_COLUMNS
-    assert sidecar["cells"] == meta["cells"] and sidecar["name"] == "t-test"
+    assert sidecar["cells"] == meta["cells"] and sidecar["name"] == "t-test" and "row_runs" not in sidecar
+    first = paths["runs"].read_bytes()
+    render.write(tmp_path / "out", "t-test", frame, md, meta)
+    assert paths["runs"].read_bytes() == first  # no timestamp in the gzip header: same runs, same bytes
+
+
+def test_the_runs_file_keeps_each_finished_run_with_its_row_seed_and_flags(made, tmp_path):
+    _, _, frame, meta = made
+    paths = render.write(tmp_path, "t-test", frame, render.markdown(frame, meta), meta)
+    runs = pd.read_csv(paths["runs"], dtype={"flags": str})
+    assert list(runs.columns) == render.RUNS_COLUMNS
+    daiq = runs[runs["row"] == 0]
+    assert list(zip(daiq["seed"], daiq["precision"], daiq["value"], strict=True)) == [
+        (0, "fp32", 80.0), (0, "int8", 81.0), (1, "fp32", 82.0), (1, "int8", 84.0),
+    ]  # fmt: skip
+    assert list(daiq["flags"]) == [_flags(8)] * 4 and set(daiq["label"]) == {"DAIQ"}
+    gq = runs[runs["row"] == 1]  # seed 0: its FP32 run (the DAIQ row's) and a diverged INT8; seed 1 failed
+    assert list(zip(gq["seed"], gq["precision"], gq["diverged"], strict=True)) == [
+        (0, "fp32", False), (0, "int8", True), (1, "fp32", False),
+    ]  # fmt: skip
+    assert math.isnan(gq["value"].iloc[1])
+    assert set(runs["row"]) == {0, 1, 2, 3}  # the pending UI8 seed and the blocked row add no line
 
 
 def test_a_baselines_error_extra_paper_numbers_and_two_datasets_show_in_the_row():
@@ -309,7 +331,7 @@ META_KEYS = {
 
 def test_the_sidecar_names_what_made_the_table(made, tmp_path):
     plan, _, frame, meta = made
-    assert set(meta) - {"row_marks", "command", "wall_seconds"} == META_KEYS
+    assert set(meta) - {"row_marks", "row_runs", "command", "wall_seconds"} == META_KEYS
     assert (meta["name"], meta["paper"], meta["table"], meta["title"]) == (
         "t-test",
         "DAIQ",

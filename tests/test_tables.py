@@ -715,6 +715,7 @@ def test_keep_copies_only_finished_tables_rendered_from_the_cache(tmp_path, monk
     assert keep.main(["--from", str(src), "--to", str(dest), "--profile", "smoke"]) == 0
     assert len(fake.calls) == calls  # nothing trained
     assert (dest / "table2.md").exists() and (dest / "table2.meta.json").exists()
+    assert (dest / "table2.runs.csv.gz").exists()  # the runs behind the rows go with them
     assert not (dest / "table1.md").exists() and "table1 (" in capsys.readouterr().out
     assert "pending" not in (dest / "table2.md").read_text()
     assert keep.main(["--from", str(tmp_path / "nowhere")]) == 2
