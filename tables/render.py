@@ -493,11 +493,13 @@ def write(
     }
     write_file(paths["md"], md)
     write_file(paths["csv"], frame.to_csv(index=False))
-    runs = meta.get("row_runs")
+    runs, runs_path = meta.get("row_runs"), results_dir / f"{name}.runs.csv.gz"
     if runs is not None and len(runs):
-        paths["runs"] = results_dir / f"{name}.runs.csv.gz"
+        paths["runs"] = runs_path
         # mtime=0: the same runs give the same bytes, so a kept file changes only when its runs do
-        write_file(paths["runs"], gzip.compress(runs.to_csv(index=False).encode(), mtime=0))
+        write_file(runs_path, gzip.compress(runs.to_csv(index=False).encode(), mtime=0))
+    else:  # an older table's runs would be read as this one's
+        runs_path.unlink(missing_ok=True)
     sidecar = {k: v for k, v in meta.items() if k not in ("row_marks", "row_runs")}
     sidecar["csv_columns"] = list(frame.columns)
     write_file(paths["meta"], json.dumps(sidecar, indent=1, default=str) + "\n")

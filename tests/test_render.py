@@ -293,6 +293,9 @@ def test_the_runs_file_keeps_each_finished_run_with_its_row_seed_and_flags(made,
     ]  # fmt: skip
     assert math.isnan(gq["value"].iloc[1])
     assert set(runs["row"]) == {0, 1, 2, 3}  # the pending UI8 seed and the blocked row add no line
+    nothing_ran = dict(meta, row_runs=runs.iloc[:0])
+    assert "runs" not in render.write(tmp_path, "t-test", frame, "md\n", nothing_ran)
+    assert not paths["runs"].exists()  # not left to be read as this table's
 
 
 def test_a_baselines_error_extra_paper_numbers_and_two_datasets_show_in_the_row():
