@@ -65,9 +65,11 @@ CSV_COLUMNS = [
     "notes",
 ]
 
-# <name>.runs.csv.gz: one line per row, seed and precision (the FP32 run repeats on every row it serves)
+# <name>.runs.csv.gz: one line per row, seed and precision (the FP32 run repeats on every row it serves);
+# elapsed_s is the cell's own time where it ran, threads and jobs how it shared the machine (ran_with)
 RUNS_COLUMNS = [
-    "row", "model", "method", "label", "options", "seed", "precision", "value", "diverged", "flags",
+    "row", "model", "method", "label", "options", "seed", "precision", "value", "diverged", "ms_per_iter",
+    "elapsed_s", "threads", "jobs", "flags",
 ]  # fmt: skip
 
 GENERIC_NOTES = (
@@ -245,8 +247,11 @@ def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str,
             per_seed[which] = _metric(res, metric)
             per_seed[f"{which}_flags"] = unpack_flags(res.get("val_correct")) if metric == "top1" else None
             flags = res.get("val_correct") if metric == "top1" else None
+            shared = out.ran_with or {}
             seen["runs"].append({"seed": seed, "precision": which, "value": per_seed[which],
-                                 "diverged": bool(res.get("diverged")), "flags": flags or ""})  # fmt: skip
+                                 "diverged": bool(res.get("diverged")), "ms_per_iter": res.get("ms_per_iter"),
+                                 "elapsed_s": out.elapsed_s, "threads": shared.get("threads"),
+                                 "jobs": shared.get("jobs"), "flags": flags or ""})  # fmt: skip
         if per_seed.get("fp32") is not None:
             fp32_vals.append(per_seed["fp32"])
         if per_seed.get("int8") is not None:

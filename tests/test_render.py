@@ -287,6 +287,8 @@ def test_the_runs_file_keeps_each_finished_run_with_its_row_seed_and_flags(made,
         (0, "fp32", 80.0), (0, "int8", 81.0), (1, "fp32", 82.0), (1, "int8", 84.0),
     ]  # fmt: skip
     assert list(daiq["flags"]) == [_flags(8)] * 4 and set(daiq["label"]) == {"DAIQ"}
+    assert list(daiq["elapsed_s"]) == [100.0, 200.0, 120.0, 220.0]
+    assert list(daiq["ms_per_iter"]) == [40, 80, 50, 100]
     gq = runs[runs["row"] == 1]  # seed 0: its FP32 run (the DAIQ row's) and a diverged INT8; seed 1 failed
     assert list(zip(gq["seed"], gq["precision"], gq["diverged"], strict=True)) == [
         (0, "fp32", False), (0, "int8", True), (1, "fp32", False),
