@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
 import dataclasses
 import statistics
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ import torch.nn.functional as F
 import torchvision
 
 from kernels import inductor_bool_store
+from repro import heap
 from repro.layers import quantize_model
 from repro.lr_scaling import LayerLrScaling
 from repro.methods import build_method
@@ -175,7 +174,7 @@ def peak_step_memory(runner: _Runner, x: torch.Tensor, y: torch.Tensor) -> float
     try:
         # memory freed earlier (the timing rounds, another variant) stays in malloc's heap, resident: a
         # step that reuses it would show no growth (ResNet-50's bf16 rows read 0 MB); give it back first
-        trim = _libc_function("malloc_trim")
+        trim = heap.libc_function("malloc_trim")
         if trim is not None:
             trim(0)
         with open("/proc/self/clear_refs", "w") as f:
@@ -193,31 +192,16 @@ def peak_step_memory(runner: _Runner, x: torch.Tensor, y: torch.Tensor) -> float
 @contextlib.contextmanager
 def cpu_memory_accounting():
     """glibc keeps freed heap memory resident, so a step that reuses it shows no growth of the resident
-    set. Inside: blocks of 64 KB and more are mmap-ed and unmapped when freed. On leaving, the threshold
-    goes to glibc's largest dynamic value (32 MB), where a long training process ends up anyway."""
-    mallopt = _libc_function("mallopt")
-    if mallopt is not None:
-        mallopt(_M_MMAP_THRESHOLD, 64 << 10)
-        mallopt(_M_TRIM_THRESHOLD, 128 << 10)
+    set. Inside: blocks of 64 KB and more are mmap-ed and unmapped when freed. On leaving, glibc's
+    largest dynamic threshold (32 MB), where a long training process ends up anyway, or the reuse of
+    freed memory (repro.heap) where the process had it."""
+    heap.map_big_blocks(64 << 10, 128 << 10)
     try:
         yield
     finally:
-        if mallopt is not None:
-            mallopt(_M_MMAP_THRESHOLD, 32 << 20)
-            mallopt(_M_TRIM_THRESHOLD, 64 << 20)
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-
-
-def _libc_function(name: str):
-    """glibc's `name` (Linux), or None where the C library lacks it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return getattr(ctypes.CDLL(None), name)
-    except (OSError, AttributeError):
-        return None
+        heap.map_big_blocks(32 << 20, 64 << 20)
+        if heap.applied():
+            heap.reuse_freed_memory()
 
 
 def _status_kb(key: str) -> int:
