@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from atomic_files import write_file
 from kernels.bench import devices
-from repro import steptime
+from repro import heap, steptime
 from tables import provenance
 from tables.cells import Cache
 from tables.speed_spec import HALF, PeriodSpec, StepTimeSpec
@@ -96,6 +96,7 @@ class TimingCell:
     warmup: int
     profile: str
     sources: str
+    malloc: str = "system"  # "reuse": the process kept freed memory for reuse (repro.heap)
     version: int = TIMING_VERSION
 
     def config(self) -> dict[str, Any]:
@@ -151,6 +152,7 @@ def make_cell(
         warmup=s.warmup,
         profile=profile,
         sources=source_hash(),
+        malloc="reuse" if heap.applied() else "system",
     )
 
 
@@ -240,6 +242,11 @@ def _header(spec, cell: TimingCell, device: torch.device, what: str) -> list[str
             notes.append(
                 "The paper's batch and resolution take long on a CPU: this run uses the batch and size above."
             )
+        notes.append(
+            "Freed tensor memory was kept for reuse between steps (repro.heap), for every row."
+            if cell.malloc == "reuse"
+            else "glibc's malloc defaults (REPRO_MALLOC=system): big tensors are mapped afresh every step."
+        )
         lines += ["", " ".join(notes)] if notes else []
     lines += [
         "",

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kernels.bench import devices
+from tables import speed
 from tables.cells import Cache
 from tables.command import main as repro_main
 from tables.specs import SPEED_SPECS, get_spec
@@ -135,6 +136,22 @@ def test_cells_differ_by_device_threads_and_code():
     assert make_cell(spec, "smoke", cpu, batch=4).key != a.key
     cfg = a.config()
     assert cfg["device"]["threads"] >= 1 and cfg["sources"] and cfg["device"]["torch"]
+
+
+def test_a_timing_says_whether_freed_memory_was_reused(monkeypatch):
+    from repro import heap
+
+    spec, cpu = get_spec("table7"), devices.resolve("cpu")
+    monkeypatch.setattr(heap, "_applied", False)
+    system = make_cell(spec, "smoke", cpu)
+    monkeypatch.setattr(heap, "_applied", True)
+    reused = make_cell(spec, "smoke", cpu)
+    assert (system.malloc, reused.malloc) == ("system", "reuse") and system.key != reused.key
+
+    def header(cell):
+        return "\n".join(speed._header(spec, cell, cpu, ""))
+
+    assert "kept for reuse" in header(reused) and "REPRO_MALLOC=system" in header(system)
 
 
 def test_cli(tmp_path, capsys):
