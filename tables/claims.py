@@ -218,7 +218,7 @@ class Comparison:
 
 
 PAIRED_NOTE = "paired seed by seed and image by image"
-UNPAIRED_NOTE = "unpaired: the table's runs are not kept"
+UNPAIRED_NOTE = "unpaired: the table's runs and their per-image flags are not kept"
 
 
 def _paired_runs(runs: pd.DataFrame, row_a: int, row_b: int) -> tuple[list, list] | None:
