@@ -42,8 +42,7 @@ def huge_pages(t: torch.Tensor) -> torch.Tensor:
     nbytes = t.numel() * t.element_size()
     # from 32 MB, glibc always maps a block on its own (and unmaps it when freed): the hint then stays
     # with this buffer instead of splitting the heap's mapping. Under repro.heap's reuse such blocks come
-    # from the heap, already resident after the first step: the hint then marks a heap range and changes
-    # nothing measurable (DAIQ Table 7 at 079371f ran with both)
+    # from the heap, resident after the first step: there the hint only marks a heap range
     madvise = libc_madvise() if nbytes >= _OWN_MAPPING_BYTES else None
     if madvise is not None:
         start = -(-t.data_ptr() // HUGE_PAGE) * HUGE_PAGE
