@@ -13,6 +13,7 @@ trains.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -21,29 +22,44 @@ from pathlib import Path
 from tables.specs import SPECS, SPEED_SPECS
 
 
+def kept_seeds(dest: Path, name: str) -> int | None:
+    """How many seeds the table kept in dest has (None: not kept, or no sidecar)."""
+    try:
+        return int(json.loads((dest / f"{name}.meta.json").read_text())["seeds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def keep_tables(
     source: Path, dest: Path, profile: str, seeds: int | None = None
 ) -> tuple[list[str], list[str]]:
-    """(kept, unfinished): the training tables whose every cell is in source/cache, rendered into dest."""
-    from tables.generate import generate
+    """(kept, unfinished): the training tables whose every cell is in source/cache, rendered into dest.
+    A table kept with more seeds than asked (DAIQ Table 2 at 5) is rendered with as many again when the
+    cache holds them all, so keeping the rest does not replace it with fewer."""
+    from tables.generate import generate, resolve_seeds
 
+    asked = len(resolve_seeds(profile, seeds))
     kept, unfinished = [], []
     for name in SPECS:
-        with tempfile.TemporaryDirectory() as scratch:
-            out = generate(
-                name, profile=profile, seeds=seeds, results_dir=scratch, cache_dir=source / "cache",
-                progress=False, cached_only=True,
-                command=f"make {name} PROFILE={profile} (cells), kept by make keep",
-            )  # fmt: skip
-            if out.cached == 0:
-                continue
-            if out.cached < len(out.plan.cells):
+        more = kept_seeds(dest, name)
+        tries = ([more] if more is not None and more > asked else []) + [asked]
+        for n in tries:
+            with tempfile.TemporaryDirectory() as scratch:
+                out = generate(
+                    name, profile=profile, seeds=n, results_dir=scratch, cache_dir=source / "cache",
+                    progress=False, cached_only=True,
+                    command=f"make {name} PROFILE={profile} (cells), kept by make keep",
+                )  # fmt: skip
+                if out.cached == 0 or out.cached < len(out.plan.cells):
+                    continue
+                dest.mkdir(parents=True, exist_ok=True)
+                for path in out.paths.values():
+                    shutil.copy2(path, dest / path.name)
+                kept.append(name)
+                break
+        else:
+            if out.cached:
                 unfinished.append(f"{name} ({out.cached} of {len(out.plan.cells)} cells)")
-                continue
-            dest.mkdir(parents=True, exist_ok=True)
-            for path in out.paths.values():
-                shutil.copy2(path, dest / path.name)
-            kept.append(name)
     return kept, unfinished
 
 

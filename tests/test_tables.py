@@ -721,6 +721,35 @@ def test_keep_copies_only_finished_tables_rendered_from_the_cache(tmp_path, monk
     assert keep.main(["--from", str(tmp_path / "nowhere")]) == 2
 
 
+def test_keep_leaves_a_table_kept_with_more_seeds_at_that_many_while_its_cells_are_cached(
+    tmp_path, monkeypatch
+):
+    import json
+
+    from tables import keep
+    from tables.generate import resolve_seeds
+
+    monkeypatch.setattr("tables.generate.load_task_runner", lambda task: (FakeRunner(), "v"))
+    src, dest = tmp_path / "run", tmp_path / "kept"
+    default = len(resolve_seeds("smoke", None))
+    more = generate("table2", profile="smoke", seeds=default + 1, results_dir=src, progress=False)
+
+    def seeds_kept():
+        return json.loads((dest / "table2.meta.json").read_text())["seeds"]
+
+    assert (
+        keep.main(["--from", str(src), "--to", str(dest), "--profile", "smoke", "--seeds", str(default + 1)])
+        == 0
+    )
+    assert seeds_kept() == default + 1
+    assert keep.main(["--from", str(src), "--to", str(dest), "--profile", "smoke"]) == 0
+    assert seeds_kept() == default + 1  # not replaced by the default's fewer seeds
+    last_seed = next(c for c in more.plan.cells if c.seed == default)
+    (src / "cache" / f"{last_seed.key}.json").unlink()
+    assert keep.main(["--from", str(src), "--to", str(dest), "--profile", "smoke"]) == 0
+    assert seeds_kept() == default  # the cache no longer holds the extra seed: the default's, as asked
+
+
 def test_a_cell_says_how_the_machine_was_shared_and_the_table_counts_them(tmp_path, monkeypatch):
     import torch
 
