@@ -201,7 +201,7 @@ def list_models() -> list[str]:
     return list(MODELS)
 
 
-INITS = (None, "he")
+INITS = (None, "he", "zero-residual")
 
 
 def he_init(model: nn.Module) -> nn.Module:
@@ -221,10 +221,27 @@ def he_init(model: nn.Module) -> nn.Module:
     return model
 
 
+def zero_residual_init(model: nn.Module) -> nn.Module:
+    """Zero the scale of the last batch norm in each residual branch of a torchvision ResNet, so every
+    block starts as the identity (Goyal et al. 2017, sec. 5.1; torchvision's ``zero_init_residual``)."""
+    blocks = [
+        m
+        for m in model.modules()
+        if isinstance(m, torchvision.models.resnet.Bottleneck | torchvision.models.resnet.BasicBlock)
+    ]
+    if not blocks:
+        raise ValueError(f"init 'zero-residual' needs a torchvision ResNet, got {type(model).__name__}")
+    for block in blocks:
+        last = block.bn3 if isinstance(block, torchvision.models.resnet.Bottleneck) else block.bn2
+        nn.init.zeros_(last.weight)
+    return model
+
+
 def build_model(name: str, num_classes: int, input_size: int, init: str | None = None) -> nn.Module:
     """A freshly initialised model (never pretrained) for `num_classes` and square inputs of `input_size`.
 
-    init=None keeps the model's own initialisation; "he" applies `he_init`.
+    init=None keeps the model's own initialisation; "he" applies `he_init`; "zero-residual"
+    `zero_residual_init` (torchvision ResNets).
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
@@ -234,4 +251,6 @@ def build_model(name: str, num_classes: int, input_size: int, init: str | None =
     if input_size < spec.min_input:
         raise ValueError(f"{name} needs inputs of at least {spec.min_input} px, got {input_size}")
     model = _no_inplace_relu_after_linear(spec.build(num_classes, input_size))
-    return he_init(model) if init == "he" else model
+    if init == "he":
+        return he_init(model)
+    return zero_residual_init(model) if init == "zero-residual" else model

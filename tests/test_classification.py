@@ -93,6 +93,27 @@ def test_he_init_reinitialises_convolutions_and_linears():
         M.build_model("resnet18", 10, 32, init="xavier")
 
 
+def test_zero_residual_init_is_torchvisions_zero_init_residual():
+    for name, bn in (("resnet50", "bn3"), ("resnet18", "bn2")):
+        torch.manual_seed(0)
+        ours = M.build_model(name, 10, 32, init="zero-residual")
+        torch.manual_seed(0)
+        ref = getattr(torchvision.models, name)(weights=None, num_classes=10, zero_init_residual=True)
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(ours.state_dict().values(), ref.state_dict().values(), strict=True)
+        )
+        assert getattr(ours.layer1[0], bn).weight.abs().sum() == 0 and ours.bn1.weight.abs().sum() > 0
+    with pytest.raises(ValueError, match="needs a torchvision ResNet"):
+        M.build_model("alexnet", 10, 64, init="zero-residual")
+
+
+def test_the_embedded_resnet50_starts_its_blocks_as_the_identity():
+    assert recipe("resnet50", "embedded", "imagenet")["init"] == "zero-residual"
+    assert recipe("resnet50", "paper", "imagenet")["init"] is None  # the paper profile: its own init
+    assert recipe("resnet18", "embedded", "imagenet")["init"] is None
+
+
 # --------------------------------------------------------------------------------------------- recipes
 def test_recipes_follow_the_papers_schedulers():
     assert recipe("mobilenet_v2", "embedded", "imagenet")["scheduler"] == "cosine"

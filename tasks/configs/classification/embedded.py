@@ -5,8 +5,8 @@ class-balanced 6,400-image training prefix for 2 epochs, scored on the whole 10,
 px (3 grey channels), no augmentation, batch 32, the paper recipe's learning rate scaled linearly to batch
 32 (Goyal et al. 2017: 0.1 at 256 -> 0.0125). Sized for DAIQ's Table 4 (31 cells x 3 seeds) in about two
 hours on 2 cores; it takes about three (docs/data.md, docs/tables.md). Two small-scale substitutions:
-VGG-16 trains with batch norm, AlexNet and InceptionV3 start from torchvision's ResNet/VGG initialisation
-(tasks.models).
+VGG-16 trains with batch norm, AlexNet and InceptionV3 start from torchvision's ResNet/VGG initialisation,
+ResNet-50 with its residual branches zeroed (tasks.models).
 What each per-network entry was measured against: docs/measurements.md.
 """
 
@@ -19,6 +19,7 @@ epochs = 3
 networks = dict(
     alexnet=dict(input_size=64, lr=0.02, init="he"),  # 64: its least input (63) made even
     inception_v3=dict(input_size=75, init="he"),  # its least input
+    resnet50=dict(init="zero-residual"),  # its own init leaves it unstable in this budget
     vgg16=dict(arch="vgg16_bn"),  # plain VGG-16 does not train from scratch in this budget
 )
 datasets = dict(
