@@ -118,6 +118,33 @@ def test_e2_sensitivity_claim():
     assert v.verdict == NOT_REPRODUCED and "E2" in v.measurement
 
 
+def test_a_difference_smaller_than_the_papers_is_not_reproduced():
+    # 16-bit E2 0.5 above full 8-bit, 3 seeds of spread 0.4: not significant, and its interval ends
+    # below the paper's 2.6 on the first network but holds the second network's 0.9
+    def table(paper_gap, gap=0.5, std=0.4):
+        return [_row("full", "wageubn", 90.0, std, 3, model="r18", paper_int8=64.8),
+                _row("e2-16", "wageubn-e2-16", 90.0 + gap, std, 3, model="r18", paper_int8=64.8 + paper_gap),
+                _row("full", "wageubn", 80.0, std, 3, model="r34", paper_int8=67.6),
+                _row("e2-16", "wageubn-e2-16", 80.5, std, 3, model="r34", paper_int8=68.5)]  # fmt: skip
+
+    v = claims._flag_e2_worse_than_16_bit(context(wageubn_table1=table(2.6)))
+    assert v.verdict == NOT_REPRODUCED and claims.SMALLER_THAN_PAPER in v.reason
+    assert "r18 (paper +2.60)" in v.reason and "r34" not in v.reason and "(paper +0.90)" in v.measurement
+    # the paper's difference inside every interval: no verdict either way
+    v = claims._flag_e2_worse_than_16_bit(context(wageubn_table1=table(0.9)))
+    assert v.verdict == INCONCLUSIVE
+    # a paper difference the other way is no evidence about this claim's direction
+    assert claims._flag_e2_worse_than_16_bit(context(wageubn_table1=table(-2.6))).verdict == INCONCLUSIVE
+    # without the paper's numbers (an older table): as before
+    rows = [{k: v for k, v in r.items() if k != "paper_int8"} for r in table(2.6)]
+    assert claims._flag_e2_worse_than_16_bit(context(wageubn_table1=rows)).verdict == INCONCLUSIVE
+    # a significant difference the claimed way is reproduced, whatever its size against the paper's
+    assert (
+        claims._flag_e2_worse_than_16_bit(context(wageubn_table1=table(5.0, gap=1.0, std=0.05))).verdict
+        == REPRODUCED
+    )
+
+
 def test_speed_claims_read_the_paired_ratios():
     base = dict(paper_iteration_vs_fp16=0.85, paper_iteration_vs_fp32=0.49, iteration_ms=100.0, batch=16,
                 size=224, device="a CPU")  # fmt: skip
