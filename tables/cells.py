@@ -154,8 +154,10 @@ class Cache:
         result: Mapping[str, Any],
         elapsed_s: float,
         ran_with: Mapping[str, int] | None = None,
+        cpu_s: float | None = None,
     ) -> Path:
-        """ran_with: how the machine was shared while the cell ran (tables.generate.ran_with)."""
+        """ran_with: how the machine was shared while the cell ran (tables.generate.ran_with); cpu_s:
+        the process's CPU time over the cell."""
         entry = {
             "schema": SCHEMA,
             "key": cell.key,
@@ -166,6 +168,8 @@ class Cache:
         }
         if ran_with is not None:
             entry["ran_with"] = dict(ran_with)
+        if cpu_s is not None:
+            entry["cpu_s"] = round(float(cpu_s), 3)
         text = json.dumps(_finite(entry), indent=1, sort_keys=True, default=_jsonable, allow_nan=False)
         self.root.mkdir(parents=True, exist_ok=True)
         return write_file(self.path(cell), text)

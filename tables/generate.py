@@ -86,6 +86,9 @@ class Outcome:
     error: str | None = None
     cached: bool = False
     elapsed_s: float | None = None  # the cell's own training time, where and whenever it ran
+    # its process's CPU time over the same span: unlike elapsed_s, not inflated by other processes on the
+    # machine or a pause (SIGSTOP); None for cells cached before it was recorded
+    cpu_s: float | None = None
     ran_with: dict[str, int] | None = None  # ran_with() when it ran; None: not recorded (older cells)
 
 
@@ -273,7 +276,7 @@ class _Session:
     def run(self, cell: Cell) -> Outcome:
         metric = self.plan.spec.metric
         work_dir = self.work_root / cell.key
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         log = _cell_log(self.log_root, cell)
         try:
             with log as stream, contextlib.redirect_stdout(stream or sys.stdout), _warnings_to(stream):
@@ -292,21 +295,25 @@ class _Session:
             where = work_dir if self.log_root is None else f"{work_dir} and {self.log_root / cell.key}.log"
             self.bar.write(f"{self.plan.spec.name}: {cell.describe()} failed: {one_line(err)} (see {where})")
             return Outcome(error=one_line(err))
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         how = ran_with()
-        path = self.cache.store(cell, result, elapsed, how)
+        path = self.cache.store(cell, result, elapsed, how, cpu)
         shutil.rmtree(work_dir, ignore_errors=True)
         if result.get("skipped_samples"):  # --skip-bad-samples: never silent
             n = len(result["skipped_samples"])
             self.bar.write(
                 f"{self.plan.spec.name}: {cell.describe()} skipped {n} bad samples (listed in {path})"
             )
-        return Outcome(result=result, elapsed_s=elapsed, ran_with=how)
+        return Outcome(result=result, elapsed_s=elapsed, ran_with=how, cpu_s=cpu)
 
 
 def cached_outcome(entry: Mapping[str, Any]) -> Outcome:
     return Outcome(
-        result=entry["result"], cached=True, elapsed_s=entry.get("elapsed_s"), ran_with=entry.get("ran_with")
+        result=entry["result"],
+        cached=True,
+        elapsed_s=entry.get("elapsed_s"),
+        ran_with=entry.get("ran_with"),
+        cpu_s=entry.get("cpu_s"),
     )
 
 

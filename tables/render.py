@@ -69,7 +69,7 @@ CSV_COLUMNS = [
 # elapsed_s is the cell's own time where it ran, threads and jobs how it shared the machine (ran_with)
 RUNS_COLUMNS = [
     "row", "model", "method", "label", "options", "seed", "precision", "value", "diverged", "ms_per_iter",
-    "elapsed_s", "threads", "jobs", "flags",
+    "elapsed_s", "cpu_s", "threads", "jobs", "flags",
 ]  # fmt: skip
 
 GENERIC_NOTES = (
@@ -250,8 +250,9 @@ def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str,
             shared = out.ran_with or {}
             seen["runs"].append({"seed": seed, "precision": which, "value": per_seed[which],
                                  "diverged": bool(res.get("diverged")), "ms_per_iter": res.get("ms_per_iter"),
-                                 "elapsed_s": out.elapsed_s, "threads": shared.get("threads"),
-                                 "jobs": shared.get("jobs"), "flags": flags or ""})  # fmt: skip
+                                 "elapsed_s": out.elapsed_s, "cpu_s": out.cpu_s,
+                                 "threads": shared.get("threads"), "jobs": shared.get("jobs"),
+                                 "flags": flags or ""})  # fmt: skip
         if per_seed.get("fp32") is not None:
             fp32_vals.append(per_seed["fp32"])
         if per_seed.get("int8") is not None:
@@ -365,10 +366,22 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
         },
         # what regenerating the table from an empty cache costs: its cells' own training times
         "training_seconds": round(sum(o.elapsed_s or 0.0 for o in outcomes.values()), 1),
+        # the same cells' CPU time, which other processes and pauses do not inflate (recorded since
+        # 2026-11-27: `cpu_cells` of them have it)
+        "cpu_seconds": round(sum(o.cpu_s or 0.0 for o in outcomes.values()), 1),
+        "cpu_cells": sum(1 for o in outcomes.values() if o.cpu_s is not None),
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "device": devices.label(devices.describe(devices.resolve(None))),
         **provenance.as_dict(),
     }
+
+
+def _cpu_time(meta: dict[str, Any], total: int) -> str:
+    n = meta.get("cpu_cells") or 0
+    if not n:
+        return ""
+    which = "" if n == total else f" ({n} of the {total} cells recorded it)"
+    return f", {_duration(meta.get('cpu_seconds'))} of CPU time{which}"
 
 
 def _shared(outcomes) -> dict[str, int]:
@@ -477,8 +490,9 @@ def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
         f"Generated {meta['generated_at']} by `{meta.get('command', '')}`: {cells['total']} cells, "
         f"{cells['cached']} from the cache, {cells['ran']} run now, {cells['errors']} failed. "
         f"At commit {meta['commit']}, environment lock {meta['environment_lock']}, on {meta['device']}. "
-        f"Its cells trained for {_duration(meta.get('training_seconds'))} in all (each where it ran); "
-        f"this run took {_duration(meta.get('wall_seconds'))}."
+        f"Its cells trained for {_duration(meta.get('training_seconds'))} in all (each where it ran)"
+        + _cpu_time(meta, cells["total"])
+        + f"; this run took {_duration(meta.get('wall_seconds'))}."
         + "".join(
             f" {n} of its cells ran {how} (`make JOBS=`): their ms/iter are of a shared machine."
             for how, n in cells.get("shared", {}).items()

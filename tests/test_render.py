@@ -330,7 +330,8 @@ META_KEYS = {
     "name", "paper", "citation", "table", "title", "task", "metric", "profile", "paper_datasets",
     "dataset_used", "epochs", "iterations", "seeds", "seed_list", "data_root", "recipe_version",
     "model_recipe_versions", "numerics", "not_a_reproduction", "disclaimer", "header", "footnotes", "notes",
-    "cells", "training_seconds", "generated_at", "device", "commit", "environment_lock",
+    "cells", "training_seconds", "cpu_seconds", "cpu_cells", "generated_at", "device", "commit",
+    "environment_lock",
 }  # fmt: skip
 
 
@@ -364,8 +365,13 @@ def test_smoke_profile_two_paper_datasets_and_no_options_or_bits_columns():
     rows = (ROWS[0], Row("resnet18", "gq", _source("GQ c10"), paper_fp32=90.0, paper_dataset="cifar10"))
     plan = make_plan(Spec("t-two", "DAIQ", "Table 4", "Two", rows), "smoke", [0], None, "2")
     ((_, fp32, int8),) = plan.rows[0].cells
-    out = {fp32.key: Outcome(_result(80.0, 40.0), elapsed_s=10.04), int8.key: Outcome(_result(81.0, 80.0))}
+    out = {
+        fp32.key: Outcome(_result(80.0, 40.0), elapsed_s=10.04, cpu_s=7.5),
+        int8.key: Outcome(_result(81.0, 80.0)),
+    }
     frame, meta = render.summarize(plan, out)
+    assert (meta["cpu_seconds"], meta["cpu_cells"]) == (7.5, 1)
+    assert "of CPU time (1 of the 4 cells recorded it);" in render.markdown(frame, meta).splitlines()[-1]
     assert meta["not_a_reproduction"] and meta["disclaimer"].startswith(
         "Numbers measured at the smoke profile"
     )

@@ -676,6 +676,10 @@ def test_rows_carry_the_interval_from_the_seeds_and_the_paired_test_flags(tmp_pa
         again.meta["training_seconds"] == pytest.approx(first_time, abs=0.1)
         and again.meta["wall_seconds"] >= 0
     )
+    entries = [json.loads(p.read_text()) for p in (tmp_path / "cache").glob("*.json")]
+    assert all(e["cpu_s"] >= 0 for e in entries) and again.meta["cpu_cells"] == len(entries)
+    assert again.meta["cpu_seconds"] == pytest.approx(sum(e["cpu_s"] for e in entries), abs=0.1)
+    assert "of CPU time;" in again.markdown.splitlines()[-1]
 
 
 def test_cached_only_writes_what_the_cache_holds_and_trains_nothing(tmp_path):
