@@ -273,21 +273,21 @@ def _how_compared(comparisons: list[Comparison]) -> str:
 SMALLER_THAN_PAPER = "smaller than the paper's"
 
 
-def _seeded_verdict(outcomes: list, measured: str, want: str, contrary: str, names=None) -> Verdict:
-    """The verdict from compare()'s outcomes (or Comparisons): reproduced when every one is `want`
-    ('above' / 'below'), not reproduced (saying `contrary`) when one goes significantly the other way, or
-    when one that is not significant excludes the paper's own difference (the replication criterion of
-    the Open Science Collaboration, Science 2015: the original effect outside the replication's 95%
-    interval; `names` label the comparisons in the reason), else inconclusive."""
-    comparisons = [o for o in outcomes if isinstance(o, Comparison)]
-    outcomes = [o.outcome if isinstance(o, Comparison) else o for o in outcomes]
+def _seeded_verdict(
+    comparisons: list[Comparison], names: list[str], measured: str, want: str, contrary: str
+) -> Verdict:
+    """The verdict from compare_rows()'s comparisons (`names` label them): reproduced when every one is
+    `want` ('above' / 'below'), not reproduced (saying `contrary`) when one goes significantly the other
+    way, or when one that is not significant excludes the paper's own difference (the replication
+    criterion of the Open Science Collaboration, Science 2015: the original effect outside the
+    replication's 95% interval), else inconclusive."""
+    outcomes = [c.outcome for c in comparisons]
     if outcomes and all(o == want for o in outcomes):
         return Verdict(REPRODUCED, measured)
     if any(o == ("below" if want == "above" else "above") for o in outcomes):
         return Verdict(NOT_REPRODUCED, measured, contrary)
     if "unknown" in outcomes:
         return Verdict(INCONCLUSIVE, measured, "one seed: no estimate of the noise")
-    names = list(names) if names is not None else [f"comparison {i + 1}" for i in range(len(comparisons))]
     short = [f"{n} (paper {c.paper:+.2f})" for n, c in zip(names, comparisons, strict=True)
              if c.outcome == "within" and c.short_of_paper(want)]  # fmt: skip
     if short:
@@ -370,7 +370,7 @@ def _daiq_ablations_beat_gq(ctx: Context) -> Verdict:
         f"(DAIQ Table 2 stand-in: {stand_in})"
     )
     names = [f"{name} - GQ" for name in ("GVQ", "MCS", "GVQ+MCS")]
-    return _seeded_verdict(comparisons, measured, "above", "a DAIQ variant is significantly below GQ", names)
+    return _seeded_verdict(comparisons, names, measured, "above", "a DAIQ variant is significantly below GQ")
 
 
 def _flag_e2_worse_than_16_bit(ctx: Context) -> Verdict:
@@ -389,7 +389,7 @@ def _flag_e2_worse_than_16_bit(ctx: Context) -> Verdict:
         parts.append(f"{r8['model']}: full 8-bit {a.text()}, 16-bit E2 {b.text()}, difference {c.text()}")
     measured = "; ".join(parts) + f" ({_how_compared(comparisons)})"
     return _seeded_verdict(
-        comparisons, measured, "above", "full 8-bit E2 is significantly better somewhere", names
+        comparisons, names, measured, "above", "full 8-bit E2 is significantly better somewhere"
     )
 
 
@@ -408,7 +408,7 @@ def _e2_most_sensitive(ctx: Context) -> Verdict:
     )
     contrary = "quantizing E2 alone costs significantly less than another path"
     names = [f"E2 - {k}" for k in comparisons]
-    return _seeded_verdict(list(comparisons.values()), measured, "below", contrary, names)
+    return _seeded_verdict(list(comparisons.values()), names, measured, "below", contrary)
 
 
 # (speed table, its INT8 method, the paper's table) each speed claim reads; UI8 Table 10 has no FP16 row
