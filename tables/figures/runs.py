@@ -36,7 +36,7 @@ from repro.recorder import load
 from tables import provenance
 from tables.cells import normalize_options
 from tables.render import describe_dataset
-from tasks import classification
+from tasks import classification, recipe_version
 
 SCHEMA = 1
 SMOKE_TIMES, SMOKE_EVALS = 3, 1
@@ -94,7 +94,7 @@ class RunSpec:
             "cfg_options": self.cfg_options(profile),
             "profile": profile,
             "data_root": data_root,
-            "recipe_version": classification.RECIPE_VERSION,
+            "recipe_version": recipe_version(classification, self.model),  # ResNet-50 has its own
             "numerics": kernels.NUMERICS,
         }
         return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
