@@ -30,7 +30,7 @@ from scipy import stats
 from atomic_files import write_file
 from repro.steptime import COMPILED_SUFFIX
 from tables import provenance
-from tables.delta_interval import delta_interval
+from tables.delta_interval import delta_interval, seeds_to_settle
 from tasks.top1 import unpack_flags
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
@@ -209,6 +209,10 @@ class Comparison:
     half_width: float | None
     paired: bool  # seed by seed and image by image; else Welch's t and unpaired test errors
     paper: float | None = None  # the same difference as the paper prints it, when it prints both rows
+    margin: float = 0.0  # the edge the difference is compared with
+    spread: float | None = None  # the per-seed differences' standard deviation (paired only)
+    test_se: float | None = None  # the test set's paired standard error (paired only)
+    seeds: int = 0  # the seeds both rows finished (paired only)
 
     def text(self) -> str:
         if self.delta is None:
@@ -226,6 +230,12 @@ class Comparison:
             return False
         sign = 1.0 if want == "above" else -1.0
         return sign * self.paper > 0 and sign * self.delta + self.half_width < sign * self.paper
+
+    def seeds_to_settle(self) -> int | None:
+        """The seeds that would take this interval off its edge at the measured difference and spread."""
+        if self.delta is None:
+            return None
+        return seeds_to_settle(self.spread, self.test_se, self.seeds, abs(self.delta - self.margin))
 
 
 PAIRED_NOTE = "paired seed by seed and image by image"
@@ -255,14 +265,20 @@ def compare_rows(ctx: Context, name: str, a: pd.Series, b: pd.Series, margin: fl
     which removes the noise the two rows share; otherwise compare()'s unpaired bound."""
     runs = ctx.runs(name)
     paired = _paired_runs(runs, int(a.name), int(b.name)) if runs is not None else None
+    spread = test_se = None
+    seeds = 0
     if paired is None:
         d, half = difference(estimate(a), estimate(b))
     else:
         diffs, pairs = paired
-        d, half = statistics.fmean(diffs), delta_interval(diffs, pairs).half_width
+        interval = delta_interval(diffs, pairs)
+        d, half, test_se = statistics.fmean(diffs), interval.half_width, interval.test_se
+        spread, seeds = (statistics.stdev(diffs) if len(diffs) > 1 else None), len(diffs)
     pa, pb = _num(a.get("paper_int8")), _num(b.get("paper_int8"))
     paper = None if pa is None or pb is None else pa - pb
-    return Comparison(_outcome(d, half, margin), d, half, paired is not None, paper)
+    return Comparison(
+        _outcome(d, half, margin), d, half, paired is not None, paper, margin, spread, test_se, seeds
+    )
 
 
 def _how_compared(comparisons: list[Comparison]) -> str:
@@ -271,6 +287,25 @@ def _how_compared(comparisons: list[Comparison]) -> str:
 
 
 SMALLER_THAN_PAPER = "smaller than the paper's"
+MOST_SEEDS = 100  # seeds_to_settle's limit
+
+
+def seeds_note(needs: dict[str, int | None]) -> str:
+    """What an inconclusive verdict would take: the seeds that would settle each unsettled comparison
+    (`needs`, by name; only those whose spread is known), projected at the measured differences and
+    spreads (tables.delta_interval.seeds_to_settle)."""
+    if not needs:
+        return ""
+    known = {k: n for k, n in needs.items() if n is not None}
+    beyond = [k for k, n in needs.items() if n is None]
+    head = "; at the measured differences and spreads"
+    if not beyond:
+        worst = max(known, key=known.get)
+        most = f" ({worst} needs the most)" if len(known) > 1 else ""
+        return f"{head}, {known[worst]} seeds would settle it{most}"
+    named = ", ".join(beyond[:3]) + (f" and {len(beyond) - 3} more" if len(beyond) > 3 else "")
+    rest = f" (the others up to {max(known.values())})" if known else ""
+    return f"{head}, {named} would need more than {MOST_SEEDS} seeds{rest}"
 
 
 def _seeded_verdict(
@@ -294,7 +329,9 @@ def _seeded_verdict(
         where = ", ".join(short)
         reason = f"{SMALLER_THAN_PAPER}: the paper's difference lies outside the 95% interval for {where}"
         return Verdict(NOT_REPRODUCED, measured, reason + "; a smaller one is not ruled out")
-    return Verdict(INCONCLUSIVE, measured, "differences within the seeds' spread")
+    needs = {n: c.seeds_to_settle() for n, c in zip(names, comparisons, strict=True)
+             if c.outcome == "within" and c.spread is not None}  # fmt: skip
+    return Verdict(INCONCLUSIVE, measured, "differences within the seeds' spread" + seeds_note(needs))
 
 
 def row(frame: pd.DataFrame, **match) -> pd.Series:
@@ -349,7 +386,9 @@ def _period_costs_little(ctx: Context) -> Verdict:
     if drop == "unknown":
         return Verdict(INCONCLUSIVE, measured, "one seed: no estimate of the accuracy's noise")
     if drop == "within":  # not shown to lose less than a point either
-        return Verdict(INCONCLUSIVE, measured, "the seeds' spread is wider than the point the claim allows")
+        needs = {"period 100 - period 1": c.seeds_to_settle()} if c.spread is not None else {}
+        reason = "the seeds' spread is wider than the point the claim allows" + seeds_note(needs)
+        return Verdict(INCONCLUSIVE, measured, reason)
     return Verdict(REPRODUCED, measured)
 
 
@@ -488,7 +527,7 @@ def _half_width(r: pd.Series) -> float | None:
 
 
 def _close_to_fp32(ctx: Context) -> Verdict:
-    parts, outcomes, seen = [], [], set()
+    parts, outcomes, seen, needs = [], [], set(), {}
     for name in CLOSE_TO_FP32_TABLES:
         frame = ctx.table(name)
         ours = frame["status"].astype(str).str.startswith("ok") & frame["method"].isin(["daiq", "ui8"])
@@ -508,6 +547,13 @@ def _close_to_fp32(ctx: Context) -> Verdict:
             outcomes.append(o)
             if delta is not None:  # method, not label: "Ours" is DAIQ or UI8 by paper
                 where = f" ({r['dataset']})" if several_datasets else ""
+                spread = _num(r.get("delta_std"))
+                if o == "straddles" and spread is not None:
+                    seeds = int(min(r["n_int8"], r["n_fp32"]))
+                    settle = seeds_to_settle(
+                        spread, _num(r.get("delta_test_se")), seeds, abs(abs(delta) - 1.0)
+                    )
+                    needs[f"{name} {r['model']} {r['method']}{where}"] = settle
                 ci = f" [{delta - half:+.2f}, {delta + half:+.2f}]" if half is not None else " (no interval)"
                 rows.append(f"{r['model']} {r['method']}{where} {delta:+.2f}{ci}")
         if rows:
@@ -526,7 +572,8 @@ def _close_to_fp32(ctx: Context) -> Verdict:
         return Verdict(INCONCLUSIVE, measured, f"{n} of {len(outcomes)} rows have one seed: no interval")
     if "straddles" in outcomes:
         n = outcomes.count("straddles")
-        return Verdict(INCONCLUSIVE, measured, f"{n} of {len(outcomes)} rows' intervals cross one point")
+        reason = f"{n} of {len(outcomes)} rows' intervals cross one point" + seeds_note(needs)
+        return Verdict(INCONCLUSIVE, measured, reason)
     return Verdict(REPRODUCED, measured)
 
 

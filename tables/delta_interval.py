@@ -61,3 +61,21 @@ def delta_interval(diffs: list[float], pairs: list[tuple[list[int], list[int]]])
     seed_half = t * statistics.stdev(diffs) / math.sqrt(len(diffs))
     test_half = 0.0 if test_se is None else stats.norm.ppf(0.5 + LEVEL / 2) * test_se
     return DeltaInterval(math.hypot(seed_half, test_half), test_se, len(diffs))
+
+
+def seeds_to_settle(
+    spread: float | None, test_se: float | None, seeds: int, distance: float, most: int = 100
+) -> int | None:
+    """The fewest seeds whose 95% half-width is below `distance` (how far the measured difference lies
+    from the edge it must clear), projected from `seeds` seeds' spread of the per-seed differences and
+    paired test-set error, taken as the truth. The test-set error is scaled by sqrt(seeds / n): in the
+    kept runs it falls so with the seeds (their per-image disagreements are nearly independent;
+    docs/tables.md). None without a spread, or when more than `most` seeds would be needed."""
+    if spread is None or math.isnan(spread) or seeds < 1:
+        return None
+    z = stats.norm.ppf(0.5 + LEVEL / 2)
+    for n in range(2, most + 1):
+        test_half = 0.0 if test_se is None else z * test_se * math.sqrt(seeds / n)
+        if math.hypot(stats.t.ppf(0.5 + LEVEL / 2, n - 1) * spread / math.sqrt(n), test_half) < distance:
+            return n
+    return None

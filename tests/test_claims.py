@@ -323,3 +323,26 @@ def test_tables_kept_without_an_interval_get_the_seeds_share():
     r = pd.Series(dict(delta_std=0.3, n_int8=3, n_fp32=3))
     assert claims._half_width(r) == pytest.approx(4.302653 * 0.3 / 3**0.5, rel=1e-5)
     assert claims._half_width(pd.Series(dict(delta_std=0.3, n_int8=1, n_fp32=3))) is None
+
+
+def test_an_inconclusive_verdict_says_how_many_seeds_would_settle_it():
+    # GQ and MCS 0.3 apart in every seed but one, where they are 0.3 the other way: paired, the interval
+    # holds zero; at that mean and spread, the projection names a finite count
+    rows = [_row(label, method, 90.0, 1.0, 3) for label, method in
+            (("GQ", "gq"), ("GVQ", "daiq-gvq"), ("MCS", "daiq-mcs"), ("both", "daiq"))]  # fmt: skip
+    seeds = {0: [89.0, 90.0, 91.0]} | {r: [89.3, 90.3, 90.7] for r in (1, 2, 3)}
+    ctx = context(table2=rows)
+    ctx.run_frames["table2"] = _runs(seeds)
+    v = claims._daiq_ablations_beat_gq(ctx)
+    assert v.verdict == INCONCLUSIVE and "seeds would settle it" in v.reason, v.reason
+    c = claims.compare_rows(ctx, "table2", ctx.frames["table2"].iloc[1], ctx.frames["table2"].iloc[0])
+    assert c.seeds == 3 and c.spread == pytest.approx(0.3464, abs=1e-3) and 3 < c.seeds_to_settle() < 100
+    assert f"{c.seeds_to_settle()} seeds" in v.reason
+    # without the runs there is no spread of paired differences to project from: no count
+    v = claims._daiq_ablations_beat_gq(context(table2=rows))
+    assert v.verdict == INCONCLUSIVE and "seeds would" not in v.reason
+    # the central claim: a row on the edge of a point cannot be settled by any count here
+    edge = [_row("Ours", method="daiq", int8=None, delta=-1.0, delta_std=0.5, n_fp32=3, n=3, delta_ci95=1.2)]
+    frames = {name.replace("-", "_"): edge for name in claims.CLOSE_TO_FP32_TABLES}
+    v = claims._close_to_fp32(context(**frames))
+    assert v.verdict == INCONCLUSIVE and f"more than {claims.MOST_SEEDS} seeds" in v.reason

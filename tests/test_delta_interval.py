@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tables.delta_interval import delta_interval, paired_test_se
+from tables.delta_interval import delta_interval, paired_test_se, seeds_to_settle
 from tasks.top1 import pack_flags, unpack_flags
 
 
@@ -48,3 +48,14 @@ def test_interval_combines_seed_spread_and_test_error():
     assert out.test_se is not None and out.test_se > 0
     assert out.half_width == pytest.approx(math.hypot(seed_half, 1.959964 * out.test_se), rel=1e-5)
     assert delta_interval([0.3], pairs[:1]).half_width is None  # one seed: no training share, no interval
+
+
+def test_seeds_to_settle_is_the_first_count_whose_interval_clears_the_edge():
+    # spread 0.5, no test error: t(n-1) * 0.5 / sqrt(n) < 0.5 first at n = 7 (2.447 / 2.646)
+    assert seeds_to_settle(0.5, None, 3, 0.5) == 7
+    assert seeds_to_settle(0.5, None, 3, 1.0) < 7 < seeds_to_settle(0.5, None, 3, 0.3)
+    # the test error shrinks with the seeds: 1.96 * 0.3 * sqrt(3 / n) alone passes 0.3 only past n = 11
+    assert seeds_to_settle(1e-9, 0.3, 3, 0.3) == 12
+    assert seeds_to_settle(0.5, None, 3, 0.0) is None  # a difference on the edge is never settled
+    assert seeds_to_settle(5.0, None, 3, 0.1, most=100) is None
+    assert seeds_to_settle(None, 0.1, 3, 1.0) is None  # one seed: no spread to project from
