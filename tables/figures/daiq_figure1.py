@@ -46,11 +46,11 @@ def draw(runs: dict[str, RecordedRun], out: Path) -> list[Path]:
                     {**where, "index": index, "above_sigma": above, "bin_centre": float(c), "count": int(n)}
                     for c, n in zip(x, hist, strict=True)
                 )
-            share = np.mean(np.array(slices["all_above_sigma"]) > LAMBDA)
+            n_above = int(np.sum(np.array(slices["all_above_sigma"]) > LAMBDA))
             count = len(slices["all_above_sigma"])
-            ax.set_title(
+            ax.set_title(  # a count: one channel in 2,048 would read "0%"
                 f"conv{number} ({common.short(rec['layer'])}), per {kind}\n"
-                f"{100 * share:.0f}% of its {count} {kind}s have P > {LAMBDA}"
+                f"{n_above} of its {count} {kind}s have P > {LAMBDA}"
             )
             ax.set_yscale("log")
             ax.set_xlim(-1.05, 1.05)  # every panel on g / max|g|'s whole range, with the same ticks
