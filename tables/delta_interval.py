@@ -70,7 +70,7 @@ def seeds_to_settle(
     from the edge it must clear), projected from `seeds` seeds' spread of the per-seed differences and
     paired test-set error, taken as the truth. The test-set error is scaled by sqrt(seeds / n): in the
     kept runs it falls so with the seeds (their per-image disagreements are nearly independent;
-    docs/tables.md). None without a spread, or when more than `most` seeds would be needed."""
+    docs/data.md). None without a spread, or when more than `most` seeds would be needed."""
     if spread is None or math.isnan(spread) or seeds < 1:
         return None
     z = stats.norm.ppf(0.5 + LEVEL / 2)
