@@ -15,7 +15,9 @@ Two changes since are intended: the embedded classification profile trains on Fa
 2, docs/data.md). Its configs differ from 028db0b's in their data and schedule only (checked below), and its
 cells have new keys; the keys are compared with the task's RECIPE_VERSION as it was ("1"). And ResNet-50
 starts with zeroed residual branches at the smoke and embedded profiles (`init="zero-residual"`, its own
-recipe version 3, docs/measurements.md): its configs there differ in `model.init` alone. Added since, and
+recipe version 3, docs/measurements.md): its configs there differ in `model.init` alone. And R3D-18 trains at
+lr 0.005, not 0.0125, at the smoke and embedded profiles (its own recipe version 5, docs/measurements.md): its
+configs there differ in the optimizer's lr alone. Added since, and
 left out here: the R-FCN detectors (ADDED_MODELS) and the options methods gained (ADDED_OPTIONS).
 
 The video configs at the embedded and smoke profiles of Kinetics-400 read the generated motion20 set,
@@ -37,7 +39,8 @@ CLASSIFICATION_METHODS = {"fp32": {}, "daiq": {"k": 1.2}, "wageubn": {}}
 OTHER_METHODS = {"fp32": {}, "daiq": {"k": 1.2}}
 RUN_NAME = re.compile(r"-[0-9a-f]{8}\b")  # the random suffix of every run's experiment_name
 FASHION_MNIST = re.compile(r"classification/[^/]+/embedded/")  # the intended change (the docstring's)
-ZERO_RESIDUAL = re.compile(r"classification/resnet50/(smoke|embedded)/")  # the other one
+ZERO_RESIDUAL = re.compile(r"classification/resnet50/(smoke|embedded)/")  # the second
+R3D18_LR = re.compile(r"video/r3d_18/(smoke|embedded)/")  # the third
 # where those configs may differ: what data a run reads, and for how long
 DATA_AND_SCHEDULE = (
     ("train_dataloader", "dataset", "dataset"),
@@ -211,14 +214,20 @@ def golden():
     return json.loads(text)
 
 
-def _with_its_own_init(name: str, text: str) -> str:
-    """The config as 028db0b built it: ResNet-50's zeroed residual branches (smoke, embedded) undone."""
-    if not ZERO_RESIDUAL.match(name):
-        return text
-    cfg = json.loads(text)
-    assert cfg["model"]["init"] == "zero-residual", name
-    cfg["model"]["init"] = None
-    return json.dumps(cfg, sort_keys=True)
+def _as_028db0b_built_it(name: str, text: str) -> str:
+    """The config as 028db0b built it: ResNet-50's zeroed residual branches and R3D-18's lr (smoke,
+    embedded) undone."""
+    if ZERO_RESIDUAL.match(name):
+        cfg = json.loads(text)
+        assert cfg["model"]["init"] == "zero-residual", name
+        cfg["model"]["init"] = None
+        return json.dumps(cfg, sort_keys=True)
+    if R3D18_LR.match(name):
+        cfg = json.loads(text)
+        assert cfg["optim_wrapper"]["optimizer"]["lr"] == 0.005, name
+        cfg["optim_wrapper"]["optimizer"]["lr"] = 0.0125
+        return json.dumps(cfg, sort_keys=True)
+    return text
 
 
 def test_every_runner_config_is_the_one_of_028db0b(current, golden):
@@ -227,7 +236,7 @@ def test_every_runner_config_is_the_one_of_028db0b(current, golden):
     changed = [
         name
         for name, text in current["configs"].items()
-        if json.loads(golden["configs"][name]) != json.loads(_with_its_own_init(name, text))
+        if json.loads(golden["configs"][name]) != json.loads(_as_028db0b_built_it(name, text))
         and not FASHION_MNIST.match(name)
     ]
     assert not changed, f"{len(changed)} configs differ, e.g. {changed[0]}"
@@ -252,7 +261,7 @@ def test_fashion_mnist_configs_differ_only_in_data_and_schedule(current, golden)
         assert then["train_dataloader"]["dataset"]["dataset"] in ("digits", "shapes10"), name
         assert now["val_dataloader"]["dataset"]["limit"] is None, name  # the whole test set
         assert _without_data_and_schedule(
-            _with_its_own_init(name, current["configs"][name])
+            _as_028db0b_built_it(name, current["configs"][name])
         ) == _without_data_and_schedule(golden["configs"][name]), name
 
 
