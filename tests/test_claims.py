@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -272,9 +274,17 @@ def test_figure_claims_read_the_plotted_data():
     assert claims._plain_qe2_fails(context(wageubn_figure9=curves)).verdict == REPRODUCED
     curves[0]["val_top1"] = 89.0  # trains: within a run's noise of Flag's is no failure
     assert claims._plain_qe2_fails(context(wageubn_figure9=curves)).verdict == NOT_REPRODUCED
-    forms = [dict(run=f"{f} scaling", val_top1=v) for f, v in (("exponential", 80.0), ("linear", 70.0))]
-    v = claims._exponential_form_best(context(ui8_figure6=forms))
-    assert v.verdict == INCONCLUSIVE and "agrees" in v.reason
+
+    def forms(exponential, linear, quadratic):
+        runs = (("exponential", exponential), ("linear", linear), ("quadratic", quadratic))
+        return context(ui8_figure6=[dict(run=f"{f} scaling", val_top1=v) for f, v in runs])
+
+    assert claims._weaker_forms_crash(forms(80.0, 12.0, math.nan)).verdict == REPRODUCED
+    v = claims._weaker_forms_crash(forms(80.0, 70.0, 79.0))  # lower, but no crash: nothing to prevent
+    assert v.verdict == INCONCLUSIVE and "no crash" in v.reason
+    v = claims._weaker_forms_crash(forms(80.0, 11.0, 79.0))
+    assert v.verdict == NOT_REPRODUCED and v.reason.startswith("quadratic scaling trained")
+    assert claims._weaker_forms_crash(forms(10.0, 10.0, 10.0)).verdict == NOT_REPRODUCED
 
 
 def test_a_period_that_cannot_be_shown_to_lose_under_a_point_is_inconclusive():
