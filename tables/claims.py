@@ -660,13 +660,44 @@ def _lower_lr_delays_the_crash(ctx: Context) -> Verdict:
 
 
 def _phi_scaling_beats_fixed_rates(ctx: Context) -> Verdict:
-    top1 = _final_top1(ctx.figure("ui8-figure4").query("panel == 'b'"))
+    frame = ctx.figure("ui8-figure4")
+    paired = frame[frame["panel"] == "b-paired"] if "panel" in frame else frame.iloc[:0]
+    if len(paired) and (paired["seeds"] >= 2).all():
+        return _phi_against_each_rate(frame[frame["panel"] == "b-final"], paired)
+    top1 = _final_top1(frame.query("panel == 'b'"))
     phi = {k: v for k, v in top1.items() if "with phi" in k}
     fixed = {k: v for k, v in top1.items() if "no scaling" in k}
     if not phi or not fixed:
         return Verdict(INCONCLUSIVE, "", "the figure has no phi-scaled or no fixed-rate run")
     measured = "final top-1: " + ", ".join(f"{k} {v:.1f}" for k, v in top1.items())
     return _direction(min(phi.values()) > max(fixed.values()), measured)
+
+
+def _phi_against_each_rate(finals: pd.DataFrame, paired: pd.DataFrame) -> Verdict:
+    """The seeded reading of UI8 Figure 4b: eta1 (phi scaling) minus each fixed rate, paired seed by seed
+    and image by image (the figure's "b-paired" rows, tables.delta_interval)."""
+    tops = finals.dropna(subset=["val_top1"]).groupby("run")["val_top1"]
+    measured = "final top-1 over seeds: " + ", ".join(
+        f"{run} {Estimate(g.mean(), g.std() if len(g) > 1 else None, len(g)).text()}" for run, g in tops
+    )
+    parts, below, needs = [], [], {}
+    for r in paired.to_dict("records"):
+        delta, half = float(r["delta"]), float(r["half_width"])
+        parts.append(f"{r['run']} {delta:+.2f} [{delta - half:+.2f}, {delta + half:+.2f}]")
+        if delta + half < 0:
+            below.append(r["run"])
+        elif delta - half <= 0:
+            needs[r["run"]] = seeds_to_settle(
+                _num(r["spread"]), _num(r["test_se"]), int(r["seeds"]), abs(delta)
+            )
+    measured += "; eta1 minus each (paired seed by seed and image by image): " + ", ".join(parts)
+    if below:
+        return Verdict(
+            NOT_REPRODUCED, measured, f"phi(d_c) scaling is significantly below {', '.join(below)}"
+        )
+    if needs:
+        return Verdict(INCONCLUSIVE, measured, "differences within the seeds' spread" + seeds_note(needs))
+    return Verdict(REPRODUCED, measured)
 
 
 def _weaker_forms_crash(ctx: Context) -> Verdict:

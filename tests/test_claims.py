@@ -287,6 +287,38 @@ def test_figure_claims_read_the_plotted_data():
     assert claims._weaker_forms_crash(forms(10.0, 10.0, 10.0)).verdict == NOT_REPRODUCED
 
 
+def test_phi_scaling_against_fixed_rates_reads_the_seeded_pairs():
+    def figure(*pairs):
+        finals = [
+            dict(panel="b-final", run=f"eta{i}", seed=s, val_top1=80.0 + s) for i in (1, 2) for s in (0, 1, 2)
+        ]
+        paired = [
+            dict(panel="b-paired", run=run, seeds=3, delta=d, half_width=h, spread=0.5, test_se=0.2)
+            for run, d, h in pairs
+        ]  # fmt: skip
+        return context(ui8_figure4=finals + paired)
+
+    assert (
+        claims._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta4", 2.0, 1.0))).verdict
+        == REPRODUCED
+    )
+    v = claims._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta3", -2.0, 1.0)))
+    assert v.verdict == NOT_REPRODUCED and v.reason.endswith("below eta3")
+    v = claims._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta4", -0.2, 1.0)))
+    assert (
+        v.verdict == INCONCLUSIVE
+        and "seeds would settle it" in v.reason
+        and "eta1 81.00 ± 1.00 (n=3)" in v.measurement
+    )
+    # one run per setting (no seeded pairs): a direction, never a verdict
+    one = [
+        dict(panel="b", run=r, iteration=10, val_top1=t)
+        for r, t in (("eta1: with phi", 80.0), ("eta4: no scaling", 79.0))
+    ]
+    v = claims._phi_scaling_beats_fixed_rates(context(ui8_figure4=one))
+    assert v.verdict == INCONCLUSIVE and "one run per curve" in v.reason
+
+
 def test_a_period_that_cannot_be_shown_to_lose_under_a_point_is_inconclusive():
     speed = [dict(period=p, s_per_iter=t, device="cpu") for p, t in ((1, 10.0), (100, 2.0), (1000, 1.9))]
     tight = [_row("Period 1", int8=60.0, std=0.2, n=3), _row("Period 100", int8=59.8, std=0.2, n=3)]

@@ -100,6 +100,24 @@ def test_curves_come_from_the_runs_logs(drawn):
         assert its == list(range(len(its))) and len(its) > 1
 
 
+def test_ui8_figure4_compares_the_rates_over_three_seeds(drawn):
+    """Figure 4b's settings also train at seeds 1 and 2: each seed's final top-1, and eta1 minus each
+    fixed rate paired seed by seed, with the interval the claims report reads."""
+    _, results = drawn
+    rows = _rows(results / "figures" / "ui8-figure4.csv")
+    finals = [r for r in rows if r["panel"] == "b-final"]
+    assert sorted((r["run"][:4], r["seed"]) for r in finals) == [
+        (eta, seed) for eta in ("eta1", "eta2", "eta3", "eta4") for seed in ("0", "1", "2")
+    ]
+    paired = {r["run"][:4]: r for r in rows if r["panel"] == "b-paired"}
+    assert set(paired) == {"eta2", "eta3", "eta4"}
+    top = {(r["run"][:4], r["seed"]): float(r["val_top1"]) for r in finals}
+    for eta, r in paired.items():
+        diffs = [top["eta1", s] - top[eta, s] for s in ("0", "1", "2")]
+        assert r["seeds"] == "3" and float(r["delta"]) == pytest.approx(sum(diffs) / 3)
+        assert float(r["half_width"]) > 0 and float(r["test_se"]) >= 0
+
+
 def test_a_second_call_draws_from_the_cached_runs(drawn, capsys):
     _, results = drawn
     runs = results / "figures" / "runs"
