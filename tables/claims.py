@@ -680,9 +680,13 @@ def _phi_against_each_rate(finals: pd.DataFrame, paired: pd.DataFrame) -> Verdic
     measured = "final top-1 over seeds: " + ", ".join(
         f"{run} {Estimate(g.mean(), g.std() if len(g) > 1 else None, len(g)).text()}" for run, g in tops
     )
-    parts, below, needs = [], [], {}
+    parts, below, needs, missing = [], [], {}, []
     for r in paired.to_dict("records"):
         delta, half = float(r["delta"]), float(r["half_width"])
+        if math.isnan(delta) or math.isnan(half):  # a setting whose runs all diverged: nothing to compare
+            parts.append(f"{r['run']} n/a")
+            missing.append(r["run"])
+            continue
         parts.append(f"{r['run']} {delta:+.2f} [{delta - half:+.2f}, {delta + half:+.2f}]")
         if delta + half < 0:
             below.append(r["run"])
@@ -695,6 +699,8 @@ def _phi_against_each_rate(finals: pd.DataFrame, paired: pd.DataFrame) -> Verdic
         return Verdict(
             NOT_REPRODUCED, measured, f"phi(d_c) scaling is significantly below {', '.join(below)}"
         )
+    if missing:
+        return Verdict(INCONCLUSIVE, measured, f"no interval for {', '.join(missing)} (its runs diverged)")
     if needs:
         return Verdict(INCONCLUSIVE, measured, "differences within the seeds' spread" + seeds_note(needs))
     return Verdict(REPRODUCED, measured)

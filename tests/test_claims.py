@@ -310,6 +310,9 @@ def test_phi_scaling_against_fixed_rates_reads_the_seeded_pairs():
         and "seeds would settle it" in v.reason
         and "eta1 81.00 ± 1.00 (n=3)" in v.measurement
     )
+    # a comparison without an interval (its runs diverged) is never counted as settled
+    v = claims._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta4", math.nan, math.nan)))
+    assert v.verdict == INCONCLUSIVE and "eta4 n/a" in v.measurement and "no interval for eta4" in v.reason
     # one run per setting (no seeded pairs): a direction, never a verdict
     one = [
         dict(panel="b", run=r, iteration=10, val_top1=t)
