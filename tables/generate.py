@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 import kernels
 from repro.quant import NonFiniteError
 from tables.cells import Cache, Cell, CellClaim, row_blocker
+from tables.shared_training import SharedTraining
 from tables.spec import Row, Spec
 from tables.specs import get_spec
 from tasks import PROFILES
@@ -90,6 +91,9 @@ class Outcome:
     # machine or a pause (SIGSTOP); None for cells cached before it was recorded
     cpu_s: float | None = None
     ran_with: dict[str, int] | None = None  # ran_with() when it ran; None: not recorded (older cells)
+    # the key of the cell whose training this cell's result is, scored for this cell (tables.shared_training);
+    # its own elapsed_s and cpu_s are then 0: the training is counted once, in that cell
+    shared_from: str | None = None
 
 
 JOBS_ENV = "REPRO_TABLE_JOBS"  # set by `make <table> JOBS=n`: n table processes share the machine
@@ -196,17 +200,19 @@ def run_cells(
     log_root: Path | None = None,
     runner_options: dict[str, Any] | None = None,
     cached_only: bool = False,
+    shared: SharedTraining | None = None,
 ) -> dict[str, Outcome]:
     """Run every cell the cache lacks; return the outcome of every cell of the plan. `runner_options` go
     to the runner beside each cell's own arguments (e.g. skip_bad_samples). With `cached_only` nothing
-    runs: the cells the cache lacks have no outcome (the table shows them pending)."""
+    runs: the cells the cache lacks have no outcome (the table shows them pending). `shared`: the task's
+    cells that train one run (tables.shared_training); a cell whose twin is cached is scored from it."""
     cells = plan.cells
     outcomes: dict[str, Outcome] = {}
     todo = []
     for cell in cells:
-        entry = cache.load(cell)
-        if entry is not None:
-            outcomes[cell.key] = cached_outcome(entry)
+        outcome = known_outcome(cache, cell, shared)
+        if outcome is not None:
+            outcomes[cell.key] = outcome
         else:
             todo.append(cell)
     if not todo or cached_only:
@@ -222,7 +228,7 @@ def run_cells(
         file=sys.stderr,
         dynamic_ncols=True,
     )
-    session = _Session(plan, cache, runner, work_root, log_root, bar, dict(runner_options or {}))
+    session = _Session(plan, cache, runner, work_root, log_root, bar, dict(runner_options or {}), shared)
     try:
         waiting = []
         for cell in todo:  # first the cells no other process is running, then the others as they free up
@@ -248,18 +254,34 @@ class _Session:
     log_root: Path | None
     bar: Any
     runner_options: dict[str, Any]
+    shared: SharedTraining | None = None
+
+    def twins_running(self, cell: Cell, wait: bool) -> bool:
+        """Whether another process is training one of the cell's twins; with `wait`, wait until none is
+        (holding no claim meanwhile, so two processes never wait on each other)."""
+        for twin in self.shared.twins(cell) if self.shared else []:
+            claim = CellClaim(self.work_root, twin)
+            if not claim.path.exists():  # never claimed: checking must not leave a lock file behind
+                continue
+            if not claim.acquire(wait=wait):
+                return True
+            claim.release(remove=self.cache.load(twin) is not None)
+        return False
 
     def run_claimed(self, cell: Cell, outcomes: dict[str, Outcome], wait: bool) -> bool:
-        """Run one cell under its claim (False: another process holds it and wait is False). A cell
-        another process finished meanwhile is taken from the cache."""
+        """Run one cell under its claim (False: another process holds it, or trains a twin of it, and
+        wait is False). A cell another process finished meanwhile, or whose twin it finished, is taken
+        from the cache."""
+        if self.twins_running(cell, wait):
+            return False
         claim = CellClaim(self.work_root, cell)
         if not claim.acquire(wait=wait):
             return False
         cached = stopped = False
         try:
-            entry = self.cache.load(cell)
-            if entry is not None:
-                outcomes[cell.key] = cached_outcome(entry)
+            known = known_outcome(self.cache, cell, self.shared)
+            if known is not None:
+                outcomes[cell.key] = known
             else:
                 self.bar.set_postfix_str(cell.describe(), refresh=True)
                 outcomes[cell.key] = self.run(cell)
@@ -317,6 +339,21 @@ def cached_outcome(entry: Mapping[str, Any]) -> Outcome:
     )
 
 
+def known_outcome(cache: Cache, cell: Cell, shared: SharedTraining | None) -> Outcome | None:
+    """The cell's cached outcome, else its twin's scored as the cell's (no time of its own), else None."""
+    entry = cache.load(cell)
+    if entry is not None:
+        return cached_outcome(entry)
+    found = shared.from_cache(cache, cell) if shared else None
+    if found is None:
+        return None
+    twin, entry = found
+    return Outcome(
+        result=entry["result"], cached=True, elapsed_s=0.0, ran_with=entry.get("ran_with"), cpu_s=0.0,
+        shared_from=twin.key,
+    )  # fmt: skip
+
+
 def _cell_log(log_root: Path | None, cell: Cell) -> contextlib.AbstractContextManager:
     """The file a cell's stdout goes to (a fresh one per attempt), or a no-op when logging to the terminal."""
     if log_root is None:
@@ -353,6 +390,7 @@ def generate(
     skip_bad_samples: bool = False,
     cached_only: bool = False,
     compiled: bool = False,
+    shared: SharedTraining | None = None,
 ) -> Generated:
     """Run the missing cells of one table and write results/<name>.md, .csv and .meta.json.
 
@@ -361,7 +399,8 @@ def generate(
     unreadable samples (each cell's result lists them; the cell keys do not change). `cached_only`
     writes the table from the cache alone (e.g. while another process is still running its cells).
     `compiled`: every cell trains under torch.compile (MMEngine's compile=True); its arithmetic differs
-    from eager in the stochastic-rounding stream, so the cells' numerics (and keys) name it.
+    from eager in the stochastic-rounding stream, so the cells' numerics (and keys) name it. `shared`:
+    which cells train one run (tables.shared_training); by default the task's, none for an injected runner.
     """
     from tables import render
 
@@ -380,6 +419,7 @@ def generate(
         runner, recipe_version = load_task_runner(spec.task)
         model_versions = model_recipe_versions(spec.task)
         numerics = kernels.NUMERICS
+        shared = shared or SharedTraining.of_task(spec.task)
     if compiled:
         from kernels.traceable import NOISE_STREAM
 
@@ -390,7 +430,9 @@ def generate(
     if compiled:
         options["cfg_options"] = {"compile": True}
     start = time.perf_counter()
-    outcomes = run_cells(plan, cache, runner, results_dir / "work", progress, log_root, options, cached_only)
+    outcomes = run_cells(
+        plan, cache, runner, results_dir / "work", progress, log_root, options, cached_only, shared
+    )
     wall = time.perf_counter() - start
 
     frame, meta = render.summarize(plan, outcomes)

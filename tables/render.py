@@ -363,6 +363,8 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
             "errors": sum(1 for o in outcomes.values() if o.error),
             # only when some cells ran beside other cells (make JOBS=n): how many, by jobs and threads
             **({"shared": shared} if (shared := _shared(outcomes.values())) else {}),
+            # cells scored from another cell's training (tables.shared_training)
+            **({"rescored": n} if (n := sum(1 for o in outcomes.values() if o.shared_from)) else {}),
         },
         # what regenerating the table from an empty cache costs: its cells' own training times
         "training_seconds": round(sum(o.elapsed_s or 0.0 for o in outcomes.values()), 1),
@@ -496,6 +498,12 @@ def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
         + "".join(
             f" {n} of its cells ran {how} (`make JOBS=`): their ms/iter are of a shared machine."
             for how, n in cells.get("shared", {}).items()
+        )
+        + (
+            f" {cells['rescored']} of its cells are another cell's training run scored for their own paper"
+            " dataset (the same data stands in for both): no training time of their own."
+            if cells.get("rescored")
+            else ""
         ),
     ]
     return "\n".join(lines) + "\n"

@@ -350,7 +350,33 @@ def _rescore(done: RunResult, paper_dataset: str, trained_for: str) -> RunResult
     out = dataclasses.replace(done, paper_dataset=paper_dataset, scores=dict(done.scores))
     _choose_map(out.scores, paper_dataset, done.diverged)
     if paper_dataset != trained_for:
-        out.scores["shared_run"] = f"the {trained_for} cell's training run, scored as {paper_dataset}"
+        out.scores["shared_run"] = _shared_run(trained_for, paper_dataset)
+    return out
+
+
+def _shared_run(trained_for: str, paper_dataset: str) -> str:
+    return f"the {trained_for} cell's training run, scored as {paper_dataset}"
+
+
+# ------------------------------------------------------------------------- one training, several cells
+def training_twins(model: str, profile: str, paper_dataset: str) -> tuple[str, ...]:
+    """The other paper datasets whose cells train this very run (tables.shared_training): at the embedded
+    and smoke profiles one config and one generated set stand in for COCO and VOC alike; none at paper."""
+    if profile == "paper" or model not in MODELS:
+        return ()
+    path = config_path(model, profile, paper_dataset)
+    return tuple(d for d in PAPER_DATASETS if d != paper_dataset and config_path(model, profile, d) == path)
+
+
+def rescored(result: dict[str, Any], paper_dataset: str) -> dict[str, Any]:
+    """A twin cell's result (RunResult.to_dict(), as the tables' cache holds it) scored as the cell of
+    `paper_dataset`: the same training, that dataset's metric."""
+    out = dict(result)
+    trained_for = out.get("paper_dataset")
+    out["paper_dataset"] = paper_dataset
+    _choose_map(out, paper_dataset, bool(out.get("diverged")))
+    if trained_for != paper_dataset:
+        out["shared_run"] = _shared_run(trained_for, paper_dataset)
     return out
 
 
