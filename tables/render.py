@@ -371,7 +371,7 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
         # the same cells' CPU time, which other processes and pauses do not inflate (recorded since
         # 2026-11-27: `cpu_cells` of them have it)
         "cpu_seconds": round(sum(o.cpu_s or 0.0 for o in outcomes.values()), 1),
-        "cpu_cells": sum(1 for o in outcomes.values() if o.cpu_s is not None),
+        "cpu_cells": sum(1 for o in outcomes.values() if o.cpu_s is not None and not o.shared_from),
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "device": devices.label(devices.describe(devices.resolve(None))),
         **provenance.as_dict(),
@@ -493,7 +493,7 @@ def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
         f"{cells['cached']} from the cache, {cells['ran']} run now, {cells['errors']} failed. "
         f"At commit {meta['commit']}, environment lock {meta['environment_lock']}, on {meta['device']}. "
         f"Its cells trained for {_duration(meta.get('training_seconds'))} in all (each where it ran)"
-        + _cpu_time(meta, cells["total"])
+        + _cpu_time(meta, cells["total"] - cells.get("rescored", 0))
         + f"; this run took {_duration(meta.get('wall_seconds'))}."
         + "".join(
             f" {n} of its cells ran {how} (`make JOBS=`): their ms/iter are of a shared machine."

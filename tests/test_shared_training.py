@@ -54,6 +54,9 @@ def test_voc_cells_are_the_coco_cells_runs_scored_at_iou_half(tmp_path):
     voc_outcomes = [o for o in out.outcomes.values() if o.shared_from]
     assert all(o.result["shared_run"].startswith("the coco cell's") for o in voc_outcomes)
     assert all(o.elapsed_s == 0.0 and o.cpu_s == 0.0 for o in voc_outcomes)  # time counted once
+    # the 6 trainings recorded their CPU time; the footer does not count the 6 rescored cells as missing it
+    assert out.meta["cpu_cells"] == 6 and "CPU time" in out.markdown
+    assert "cells recorded it" not in out.markdown
 
 
 def test_a_table_resumed_in_a_new_process_trains_no_voc_cell_again(tmp_path):
