@@ -347,15 +347,16 @@ def _choose_map(out: dict[str, Any], paper_dataset: str, diverged: bool) -> None
 
 
 def _rescore(done: RunResult, paper_dataset: str, trained_for: str) -> RunResult:
-    out = dataclasses.replace(done, paper_dataset=paper_dataset, scores=dict(done.scores))
-    _choose_map(out.scores, paper_dataset, done.diverged)
+    scores = _scored_as(done.scores, paper_dataset, trained_for, done.diverged)
+    return dataclasses.replace(done, paper_dataset=paper_dataset, scores=scores)
+
+
+def _scored_as(scores: dict[str, Any], paper_dataset: str, trained_for: str, diverged: bool) -> dict:
+    out = dict(scores)
+    _choose_map(out, paper_dataset, diverged)
     if paper_dataset != trained_for:
-        out.scores["shared_run"] = _shared_run(trained_for, paper_dataset)
+        out["shared_run"] = f"the {trained_for} cell's training run, scored as {paper_dataset}"
     return out
-
-
-def _shared_run(trained_for: str, paper_dataset: str) -> str:
-    return f"the {trained_for} cell's training run, scored as {paper_dataset}"
 
 
 # ------------------------------------------------------------------------- one training, several cells
@@ -371,13 +372,8 @@ def training_twins(model: str, profile: str, paper_dataset: str) -> tuple[str, .
 def rescored(result: dict[str, Any], paper_dataset: str) -> dict[str, Any]:
     """A twin cell's result (RunResult.to_dict(), as the tables' cache holds it) scored as the cell of
     `paper_dataset`: the same training, that dataset's metric."""
-    out = dict(result)
-    trained_for = out.get("paper_dataset")
-    out["paper_dataset"] = paper_dataset
-    _choose_map(out, paper_dataset, bool(out.get("diverged")))
-    if trained_for != paper_dataset:
-        out["shared_run"] = _shared_run(trained_for, paper_dataset)
-    return out
+    trained_for, diverged = result.get("paper_dataset"), bool(result.get("diverged"))
+    return {**_scored_as(result, paper_dataset, trained_for, diverged), "paper_dataset": paper_dataset}
 
 
 def main(argv=None) -> int:
