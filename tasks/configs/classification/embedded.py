@@ -4,7 +4,7 @@ Fashion-MNIST (tasks.package_data; `make data` installs it) stands in for ImageN
 class-balanced 6,400-image training prefix for 2 epochs, scored on the whole 10,000-image test set, at 32
 px (3 grey channels), no augmentation, batch 32, the paper recipe's learning rate scaled linearly to batch
 32 (Goyal et al. 2017: 0.1 at 256 -> 0.0125). Sized for DAIQ's Table 4 (31 cells x 3 seeds) in about two
-hours on 2 cores (measured alone: docs/data.md). Two small-scale substitutions:
+hours on 2 cores (2.3 h measured alone: docs/data.md). Two small-scale substitutions:
 VGG-16 trains with batch norm, AlexNet and InceptionV3 start from torchvision's ResNet/VGG initialisation,
 ResNet-50 with its residual branches zeroed (tasks.models).
 What each per-network entry was measured against: docs/measurements.md.
