@@ -373,9 +373,21 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
         "cpu_seconds": round(sum(o.cpu_s or 0.0 for o in outcomes.values()), 1),
         "cpu_cells": sum(1 for o in outcomes.values() if o.cpu_s is not None and not o.shared_from),
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "device": devices.label(devices.describe(devices.resolve(None))),
+        "device": devices.label(_cells_device(outcomes.values())),
         **provenance.as_dict(),
     }
+
+
+def _cells_device(outcomes) -> dict:
+    """This machine's device, with the thread count the cells trained with where they recorded it (a table
+    kept from a cache by another process must not carry that process's count)."""
+    info = devices.describe(devices.resolve(None))
+    if info["kind"] != "cpu":
+        return info
+    threads = sorted({o.ran_with["threads"] for o in outcomes if (o.ran_with or {}).get("threads")})
+    if threads:
+        info["threads"] = threads[0] if len(threads) == 1 else f"{threads[0]}-{threads[-1]}"
+    return info
 
 
 def _cpu_time(meta: dict[str, Any], total: int) -> str:

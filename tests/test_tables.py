@@ -775,6 +775,29 @@ def test_a_cell_says_how_the_machine_was_shared_and_the_table_counts_them(tmp_pa
     assert all(o.cached and o.ran_with == want for o in again.outcomes.values())
 
 
+def test_the_device_line_names_the_cells_threads_not_the_renderers(tmp_path, monkeypatch):
+    # `make keep` renders cached cells in a process of its own: its thread count is not the cells'
+    import torch
+
+    fake = FakeRunner()
+    monkeypatch.setattr("tables.generate.load_task_runner", lambda task: (fake, "v"))
+    threads = torch.get_num_threads()
+    other = threads + 2
+    generate("table2", profile="smoke", results_dir=tmp_path, progress=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: other)
+    again = generate("table2", profile="smoke", results_dir=tmp_path, progress=False)
+    assert all(o.cached for o in again.outcomes.values())
+    device = json.loads((tmp_path / "table2.meta.json").read_text())["device"]
+    assert f", {threads} thread" in device and f"{other} thread" not in device
+    entry = next((tmp_path / "cache").glob("*.json"))
+    cell = json.loads(entry.read_text())
+    cell["ran_with"]["threads"] = other  # cells of two thread counts: the range
+    entry.write_text(json.dumps(cell))
+    generate("table2", profile="smoke", results_dir=tmp_path, progress=False)
+    device = json.loads((tmp_path / "table2.meta.json").read_text())["device"]
+    assert f", {min(threads, other)}-{max(threads, other)} threads" in device
+
+
 def test_make_jobs_starts_that_many_table_processes_sharing_the_cores(tmp_path):
     """`make table4 JOBS=2`: two processes, nproc/2 threads each, REPRO_TABLE_JOBS set, one progress bar."""
     import subprocess
