@@ -526,15 +526,35 @@ def _half_width(r: pd.Series) -> float | None:
     return float(stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
 
 
+def mean_over_models(deltas: list[float]) -> tuple[float, float] | None:
+    """(mean, 95% half-width) of the models' INT8 - FP32, each model one observation (Student's t over
+    their spread: the seeds' and test set's noise and the models' own differences together); None for
+    fewer than 3 models."""
+    if len(deltas) < 3:
+        return None
+    half = float(stats.t.ppf(0.975, len(deltas) - 1)) * statistics.stdev(deltas) / math.sqrt(len(deltas))
+    return statistics.fmean(deltas), half
+
+
+def _means_over_models(name: str, by_method: dict[str, list[float]]) -> list[str]:
+    out = []
+    for method, deltas in by_method.items():
+        if (m := mean_over_models(deltas)) is not None:
+            mean, half = m
+            ci = f"[{mean - half:+.2f}, {mean + half:+.2f}]"
+            out.append(f"{name} {method} over {len(deltas)} models {mean:+.2f} {ci}")
+    return out
+
+
 def _close_to_fp32(ctx: Context) -> Verdict:
-    parts, outcomes, seen, needs = [], [], set(), {}
+    parts, outcomes, seen, needs, means = [], [], set(), {}, []
     for name in CLOSE_TO_FP32_TABLES:
         frame = ctx.table(name)
         ours = frame["status"].astype(str).str.startswith("ok") & frame["method"].isin(["daiq", "ui8"])
         # the claim is about 8-bit weights ("bits" is read as floats when every row is empty)
         ours &= ~frame["bits"].map(lambda b: isinstance(b, str) and b.startswith("2/")).astype(bool)
         several_datasets = frame[ours]["dataset"].nunique() > 1
-        rows = []
+        rows, by_method = [], {}
         for _, r in frame[ours].iterrows():
             cell = (r["model"], r["method"], str(r["options"]), r["dataset"], str(r["int8"]), str(r["fp32"]))
             if cell in seen:  # DAIQ Table 3 and UI8 Table 6 share their UI8 cells: count each once
@@ -556,9 +576,15 @@ def _close_to_fp32(ctx: Context) -> Verdict:
                     needs[f"{name} {r['model']} {r['method']}{where}"] = settle
                 ci = f" [{delta - half:+.2f}, {delta + half:+.2f}]" if half is not None else " (no interval)"
                 rows.append(f"{r['model']} {r['method']}{where} {delta:+.2f}{ci}")
+                if not several_datasets:  # a mean over models of one dataset
+                    by_method.setdefault(r["method"], []).append(delta)
         if rows:
             parts.append(f"{name}: " + ", ".join(rows))
+        means += _means_over_models(name, by_method)
     measured = "INT8 - FP32 top-1 and its 95% interval: " + "; ".join(parts)
+    if means:  # what the rows say together: not the claim (every model within a point), its average
+        measured += ". Mean over a table's models and its 95% interval (each model one observation): "
+        measured += "; ".join(means)
     if not outcomes:
         return Verdict(INCONCLUSIVE, measured, "no row finished")
     lost, gained = outcomes.count("outside-below"), outcomes.count("outside-above")

@@ -391,3 +391,23 @@ def test_an_inconclusive_verdict_says_how_many_seeds_would_settle_it():
     frames = {name.replace("-", "_"): edge for name in claims.CLOSE_TO_FP32_TABLES}
     v = claims._close_to_fp32(context(**frames))
     assert v.verdict == INCONCLUSIVE and f"more than {claims.MOST_SEEDS} seeds" in v.reason
+
+
+def test_the_central_claim_reads_out_the_mean_over_a_tables_models():
+    # three models' deltas -0.5, -0.2, +0.1: mean -0.2, half-width t(0.975, 2) * 0.3 / sqrt(3)
+    mean, half = claims.mean_over_models([-0.5, -0.2, 0.1])
+    assert mean == pytest.approx(-0.2) and half == pytest.approx(4.302653 * 0.3 / 3**0.5, rel=1e-5)
+    assert claims.mean_over_models([-0.5, 0.1]) is None  # two models: no spread worth a t interval
+    rows = [
+        _row("Ours", model=m, method="daiq", int8=None, delta=d, delta_std=0.5, n_fp32=3, n=3, delta_ci95=1.5)
+        for m, d in (("a", -0.5), ("b", -0.2), ("c", 0.1))
+    ]
+    every = {name.replace("-", "_"): rows for name in claims.CLOSE_TO_FP32_TABLES}
+    v = claims._close_to_fp32(context(**every))
+    assert v.verdict == INCONCLUSIVE  # every row straddles: the mean does not settle "every model"
+    # the tables share these cells (as DAIQ Table 3 and UI8 Table 6 do): the first table counts them
+    assert "table3 daiq over 3 models -0.20 [-0.95, +0.55]" in v.measurement, v.measurement
+    assert v.measurement.count("over 3 models") == 1
+    two = {name.replace("-", "_"): rows[:2] for name in claims.CLOSE_TO_FP32_TABLES}
+    v = claims._close_to_fp32(context(**two))
+    assert "over 2 models" not in v.measurement and "Mean over" not in v.measurement
