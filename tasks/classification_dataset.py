@@ -9,6 +9,7 @@ from torchvision.datasets import MNIST, FashionMNIST
 
 from tasks import datasets as D
 from tasks import package_data as P
+from tasks import resized_images
 from tasks.bad_data import SkipPolicy
 from tasks.registry import DATASETS
 from tasks.subsets import balanced_prefix
@@ -51,7 +52,9 @@ class ClassificationDataset(Dataset):
                 steps += [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip()]
             if dataset == D.DIGITS or input_size != 32:
                 steps.append(T.Resize((input_size, input_size), antialias=True))
-        transform = T.Compose([*steps, T.ToTensor(), T.Normalize(mean, std)])
+        tensor_steps = [T.ToTensor(), T.Normalize(mean, std)]
+        transform = T.Compose([*steps, *tensor_steps])
+        self.resized = None  # package sets: (the process's resized images, the PIL steps, the tensor steps)
         if dataset == "imagenet":
             if root is None:
                 raise D.DatasetNotFoundError("ImageNet needs a data root (--data-root); none was given")
@@ -67,6 +70,8 @@ class ClassificationDataset(Dataset):
         elif dataset in P.PACKAGES:
             reader = FashionMNIST if dataset == P.FASHION_MNIST else MNIST
             self.base = reader(str(P.ensure(dataset, root)), train=train, transform=transform, download=False)
+            images = resized_images.kept((dataset, str(self.base.root), train, input_size))
+            self.resized = (images, T.Compose(steps), T.Compose(tensor_steps))
         else:
             known = ", ".join(["imagenet", "cifar10", D.DIGITS, D.SHAPES10, *P.PACKAGES])
             raise ValueError(f"unknown dataset {dataset!r}; choose from {known}")
@@ -85,5 +90,10 @@ class ClassificationDataset(Dataset):
         return self.skip_policy.fetch(self._item, i, len(self))
 
     def _item(self, i: int) -> dict:
-        image, label = self.base[self.indices[i]]
+        index = self.indices[i]
+        if self.resized is not None:
+            images, pil_steps, tensor_steps = self.resized
+            image = resized_images.resized(images, index, self.base.data[index], pil_steps)
+            return {"inputs": tensor_steps(image), "labels": int(self.base.targets[index])}
+        image, label = self.base[index]
         return {"inputs": image, "labels": label}

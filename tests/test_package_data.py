@@ -11,6 +11,7 @@ import zipfile
 
 import numpy as np
 import pytest
+import torch
 import torchvision
 
 from tasks import package_data as P
@@ -168,3 +169,35 @@ def test_the_classification_task_reads_them_as_three_channel_images(small_sets, 
     assert tuple(item["inputs"].shape) == (3, 32, 32) and 0 <= item["labels"] <= 9
     assert sorted(train[i]["labels"] for i in range(10)) == list(range(10))
     assert abs(float(val[0]["inputs"].mean())) < 5
+
+
+@pytest.mark.parametrize("size", [32, 75])
+def test_package_items_are_resized_once_and_equal_torchvisions_bit_for_bit(small_sets, monkeypatch, size):
+    """The process keeps each image after the PIL steps (tasks.resized_images): a second read, or another
+    dataset object of the same split and size (the next cell), decodes nothing, and every item is the one
+    torchvision's own transform gives."""
+    from tasks import resized_images
+    from tasks.classification_dataset import ClassificationDataset
+
+    cache, _, _ = small_sets
+    resized_images.forget()
+    decoded = []
+    pil = resized_images.Image
+
+    class Counting:  # resized_images' PIL, counting its decodes (torchvision's own path is not counted)
+        @staticmethod
+        def fromarray(*a, **k):
+            decoded.append(1)
+            return pil.fromarray(*a, **k)
+
+    monkeypatch.setattr(resized_images, "Image", Counting)
+    first = ClassificationDataset(P.FASHION_MNIST, "train", root=str(cache), input_size=size, limit=10)
+    items = [first[i] for i in range(len(first))]
+    assert len(decoded) == 10
+    again = ClassificationDataset(P.FASHION_MNIST, "train", root=str(cache), input_size=size, limit=10)
+    for i, item in enumerate(items):
+        want, label = first.base[first.indices[i]]  # torchvision's path: PIL image, whole transform
+        assert torch.equal(item["inputs"], want) and item["labels"] == label
+        assert torch.equal(again[i]["inputs"], want)
+    assert len(decoded) == 10  # the second object and the second reads decoded nothing
+    resized_images.forget()
