@@ -31,7 +31,11 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("name", metavar="NAME", help="one of: " + ", ".join(list_tables()))
     p.add_argument("--profile", default="embedded", help=f"one of: {', '.join(PROFILES)} (default embedded)")
     p.add_argument(
-        "--seeds", type=int, default=None, help=f"number of seeds (default per profile: {defaults})"
+        "--seeds",
+        type=int,
+        default=None,
+        help=f"number of seeds (default: the table's own where its spec sets one, else per profile: "
+        f"{defaults})",
     )
     p.add_argument("--data-root", default=None, help="where the paper profile finds its datasets")
     p.add_argument("--results-dir", default="results", help="output and cache directory (default results)")

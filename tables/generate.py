@@ -118,8 +118,12 @@ class Generated:
     errors: int
 
 
-def resolve_seeds(profile: str, seeds: int | None) -> list[int]:
-    n = DEFAULT_SEEDS[profile] if seeds is None else int(seeds)
+def resolve_seeds(profile: str, seeds: int | None, spec: Spec | None = None) -> list[int]:
+    """Seeds 0..n-1: n asked, else the table's own count at this profile, else the profile's."""
+    if seeds is None:
+        n = (spec.seeds if spec is not None else {}).get(profile, DEFAULT_SEEDS[profile])
+    else:
+        n = int(seeds)
     if n < 1:
         raise ValueError(f"--seeds must be at least 1, got {n}")
     return list(range(n))
@@ -408,7 +412,7 @@ def generate(
         spec = get_spec(spec)
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILES)}")
-    seed_list = resolve_seeds(profile, seeds)
+    seed_list = resolve_seeds(profile, seeds, spec)
     results_dir = Path(results_dir)
     cache = Cache(Path(cache_dir) if cache_dir else results_dir / "cache")
 

@@ -34,13 +34,13 @@ def keep_tables(
     source: Path, dest: Path, profile: str, seeds: int | None = None
 ) -> tuple[list[str], list[str]]:
     """(kept, unfinished): the training tables whose every cell is in source/cache, rendered into dest.
-    A table kept with more seeds than asked (DAIQ Table 2 at 5) is rendered with as many again when the
-    cache holds them all, so keeping the rest does not replace it with fewer."""
+    A table kept with more seeds than asked is rendered with as many again when the cache holds them
+    all, so keeping the rest does not replace it with fewer."""
     from tables.generate import generate, resolve_seeds
 
-    asked = len(resolve_seeds(profile, seeds))
     kept, unfinished = [], []
-    for name in SPECS:
+    for name, spec in SPECS.items():
+        asked = len(resolve_seeds(profile, seeds, spec))
         more = kept_seeds(dest, name)
         tries = ([more] if more is not None and more > asked else []) + [asked]
         for n in tries:

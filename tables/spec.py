@@ -137,7 +137,9 @@ class Spec:
 
     name: the make target / `repro table` name; task: the tasks module that runs the cells;
     metric: the RunResult field compared with the paper's numbers; doc: the spec's docstring
-    (which paper table, and what the stand-in data is at the embedded profile).
+    (which paper table, and what the stand-in data is at the embedded profile); seeds: this table's
+    number of seeds at a profile where it is not the profile's default (tables.generate.DEFAULT_SEEDS),
+    so that `make tables` regenerates the kept set as kept; `--seeds` overrides it.
     """
 
     name: str
@@ -150,6 +152,7 @@ class Spec:
     metric: str = "top1"
     metric_label: str = "top-1 accuracy (%)"
     notes: tuple[str, ...] = ()
+    seeds: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.paper not in PAPERS:

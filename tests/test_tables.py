@@ -754,6 +754,24 @@ def test_keep_leaves_a_table_kept_with_more_seeds_at_that_many_while_its_cells_a
     assert seeds_kept() == default  # the cache no longer holds the extra seed: the default's, as asked
 
 
+def test_a_table_takes_its_own_seed_count_where_its_spec_sets_one_and_seeds_overrides_it(tmp_path):
+    import dataclasses
+
+    from tables.generate import DEFAULT_SEEDS, resolve_seeds
+
+    # the kept embedded set's counts, so that `make tables` regenerates it as kept
+    assert len(resolve_seeds("embedded", None, SPECS["ui8-table5"])) == 12
+    assert len(resolve_seeds("embedded", None, SPECS["table5"])) == 1
+    assert len(resolve_seeds("embedded", None, SPECS["table4"])) == DEFAULT_SEEDS["embedded"]
+    assert len(resolve_seeds("embedded", 2, SPECS["ui8-table5"])) == 2
+    assert len(resolve_seeds("smoke", None, SPECS["ui8-table5"])) == DEFAULT_SEEDS["smoke"]
+    spec = dataclasses.replace(SPECS["table2"], seeds={"smoke": 2})
+    runner = FakeRunner()
+    out = generate(spec, profile="smoke", results_dir=tmp_path, runner=runner, progress=False)
+    assert out.plan.seeds == [0, 1] and {c["seed"] for c in runner.calls} == {0, 1}
+    assert "--seeds 2" in out.meta["command"]
+
+
 def test_a_cell_says_how_the_machine_was_shared_and_the_table_counts_them(tmp_path, monkeypatch):
     import torch
 

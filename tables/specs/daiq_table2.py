@@ -17,6 +17,8 @@ SPEC = Spec(
     table="Table 2",
     title="Ablation study on different quantization strategies (DAIQ, ResNet-18 on ImageNet, INT8 top-1)",
     doc=__doc__,
+    # 5 at embedded: its rows differ by tenths of a point, which 3 seeds cannot tell apart (docs/data.md)
+    seeds={"embedded": 5},
     rows=(
         R("resnet18", "gq", "GQ", int8=69.68),
         R("resnet18", "daiq-gvq", "OursGVQ", int8=69.98),

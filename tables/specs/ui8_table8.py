@@ -20,6 +20,7 @@ SPEC = Spec(
     table="Table 8",
     title="Results on PASCAL VOC dataset (UI8)",
     doc=__doc__,
+    seeds={"embedded": 1},  # a detection seed costs what a classification table does on a CPU
     task="detection",
     metric="map",
     metric_label="mAP (%): VOC AP@0.5",

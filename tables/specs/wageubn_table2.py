@@ -29,6 +29,8 @@ SPEC = Spec(
     table="Table II",
     title="Accuracy sensitivity under WAGEUBN with single data quantization on ResNet18 (WAGEUBN)",
     doc=__doc__,
+    # 5 at embedded: its rows differ by tenths of a point, which 3 seeds cannot tell apart (docs/data.md)
+    seeds={"embedded": 5},
     rows=(
         _row("W", 67.98, 88.02),
         _row("BN", 68.01, 87.96),
