@@ -139,20 +139,23 @@ SPEED_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DEVICE),--devi
 
 tables: $(TABLES)
 
-# JOBS=n: n processes share the table's cells, each on nproc/n threads (a cell's claim keeps them apart; the
-# first shows the progress bar). On 2 cores, JOBS=2 trains 1.0-1.9x more cells an hour than one process on
-# 2 threads (docs/tables.md); the table says which cells' ms/iter were measured so. Background jobs of a
-# non-interactive shell ignore Ctrl-C, hence the trap: it stops them (their finished cells stay cached).
+# JOBS=n: n processes share the table's cells (or the figures' runs), each on nproc/n threads (a cell's or
+# run's claim keeps them apart; the first shows the progress bar). On 2 cores, JOBS=2 trains 1.0-1.9x more
+# cells an hour than one process on 2 threads (docs/tables.md); the table says which cells' ms/iter were
+# measured so. Background jobs of a non-interactive shell ignore Ctrl-C, hence the trap: it stops them
+# (what they finished stays cached). $(call in_jobs,ARGS,WORK): `python -m tables.command ARGS` so.
 JOBS ?= 1
-$(filter-out $(SPEED_TABLES),$(TABLES)):
-	@case "$(JOBS)" in ''|*[!0-9]*) echo "make: JOBS takes a whole number of processes, got '$(JOBS)'" >&2; exit 2;; esac; \
-	if [ "$(JOBS)" -le 1 ]; then set -x; $(BIN)/python -m tables.command table $@ $(TABLE_ARGS); exit; fi; \
+in_jobs = case "$(JOBS)" in ''|*[!0-9]*) echo "make: JOBS takes a whole number of processes, got '$(JOBS)'" >&2; exit 2;; esac; \
+	if [ "$(JOBS)" -le 1 ]; then set -x; $(BIN)/python -m tables.command $(1); exit; fi; \
 	threads=$$(( $$(nproc) / $(JOBS) )); [ "$$threads" -ge 1 ] || threads=1; pids=; \
-	trap 'kill $$pids 2>/dev/null; echo "make: stopped; finished cells stay cached: run the same command to go on" >&2; exit 130' INT TERM; \
+	trap 'kill $$pids 2>/dev/null; echo "make: stopped; finished $(2) stay cached: run the same command to go on" >&2; exit 130' INT TERM; \
 	for i in $$(seq $(JOBS)); do \
 	  ( export OMP_NUM_THREADS=$$threads REPRO_TABLE_JOBS=$(JOBS); set -x; exec $(BIN)/python -m tables.command \
-	    table $@ $(TABLE_ARGS) $$([ "$$i" = 1 ] || echo --no-progress) ) & pids="$$pids $$!"; sleep 1; \
+	    $(1) $$([ "$$i" = 1 ] || echo --no-progress) ) & pids="$$pids $$!"; sleep 1; \
 	done; rc=0; for p in $$pids; do wait $$p || rc=$$?; done; exit $$rc
+
+$(filter-out $(SPEED_TABLES),$(TABLES)):
+	@$(call in_jobs,table $@ $(TABLE_ARGS),cells)
 
 $(SPEED_TABLES):
 	$(BIN)/python -m tables.command table $@ $(SPEED_ARGS)
@@ -175,7 +178,8 @@ claims:
 # training runs recorded with the statistics recorder (repro.recorder), cached under
 # $(RESULTS)/figures/runs and shared between figures; each writes $(RESULTS)/figures/<name>.png, .csv and
 # .meta.json (device, data, the runs and the commit).
-# `make figures` draws them all in one process; PROFILE=smoke in a few minutes, embedded within an hour.
+# `make figures` draws them all (PROFILE=smoke in a few minutes; embedded in hours: `make figures JOBS=2` on
+# 2 cores); `make <figure> JOBS=2` shares one figure's runs out the same way.
 FIGURES := ui8-table1 ui8-figure2 ui8-figure3 ui8-figure4 ui8-figure6 \
            ui8-supplement-figure1 ui8-supplement-figure2 ui8-supplement-figure3 \
            daiq-figure1 daiq-figure3 \
@@ -185,7 +189,7 @@ FIGURE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DATA_ROOT),--
 .PHONY: figures $(FIGURES)
 
 figures:
-	$(BIN)/python -m tables.command figure $(FIGURES) $(FIGURE_ARGS)
+	@$(call in_jobs,figure $(FIGURES) $(FIGURE_ARGS),runs)
 
 $(FIGURES):
-	$(BIN)/python -m tables.command figure $@ $(FIGURE_ARGS)
+	@$(call in_jobs,figure $@ $(FIGURE_ARGS),runs)

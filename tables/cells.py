@@ -193,12 +193,13 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-class CellClaim:
-    """This process's claim on one cell: an exclusive lock (flock) on <root>/<key>.lock. The kernel
-    drops it when the process ends, however it ends, so a killed run never keeps a cell from others."""
+class Claim:
+    """This process's claim on one piece of work (a cell, a figure run): an exclusive lock (flock) on a
+    lock file. The kernel drops it when the process ends, however it ends, so a killed run never keeps
+    the work from others."""
 
-    def __init__(self, root: str | os.PathLike, cell: Cell):
-        self.path = Path(root) / f"{cell.key}.lock"
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
         self._fd: int | None = None
 
     def acquire(self, wait: bool = False) -> bool:
@@ -216,11 +217,18 @@ class CellClaim:
         return True
 
     def release(self, remove: bool = False) -> None:
-        """Drop the claim; `remove` (only once the cell is cached) deletes the lock file too. Safe: a
-        process that still locks the removed file, or a new one, finds the cell in the cache."""
+        """Drop the claim; `remove` (only once the work is done and kept) deletes the lock file too. Safe:
+        a process that still locks the removed file, or a new one, finds the work done."""
         if self._fd is not None:
             if remove:
                 self.path.unlink(missing_ok=True)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+class CellClaim(Claim):
+    """A cell's claim: <root>/<key>.lock."""
+
+    def __init__(self, root: str | os.PathLike, cell: Cell):
+        super().__init__(Path(root) / f"{cell.key}.lock")

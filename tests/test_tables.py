@@ -816,8 +816,13 @@ def test_the_device_line_names_the_cells_threads_not_the_renderers(tmp_path, mon
     assert f", {min(threads, other)}-{max(threads, other)} threads" in device
 
 
-def test_make_jobs_starts_that_many_table_processes_sharing_the_cores(tmp_path):
-    """`make table4 JOBS=2`: two processes, nproc/2 threads each, REPRO_TABLE_JOBS set, one progress bar."""
+@pytest.mark.parametrize(
+    "target, command",
+    [("table4", "table table4"), ("figures", "figure ui8-table1 "), ("ui8-figure4", "figure ui8-figure4 ")],
+)
+def test_make_jobs_starts_that_many_table_processes_sharing_the_cores(tmp_path, target, command):
+    """`make table4 JOBS=2` (and the figures): two processes, nproc/2 threads each, REPRO_TABLE_JOBS set,
+    one progress bar."""
     import subprocess
     from pathlib import Path
 
@@ -829,13 +834,13 @@ def test_make_jobs_starts_that_many_table_processes_sharing_the_cores(tmp_path):
     stub.chmod(0o755)
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run(
-        ["make", "-s", "table4", "JOBS=2", f"VENV={tmp_path / 'venv'}", f"RESULTS={tmp_path}"],
+        ["make", "-s", target, "JOBS=2", f"VENV={tmp_path / 'venv'}", f"RESULTS={tmp_path}"],
         cwd=root, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     calls = sorted(log.read_text().splitlines())
     threads = max(1, len(os.sched_getaffinity(0)) // 2)  # what nproc says
-    assert len(calls) == 2 and all(c.startswith(f"{threads} 2 -m tables.command table table4") for c in calls)
+    assert len(calls) == 2 and all(c.startswith(f"{threads} 2 -m tables.command {command}") for c in calls)
     assert sum("--no-progress" in c for c in calls) == 1
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 
-from tables.figures.registry import list_figures, make
+from tables.figures.registry import get_figure, list_figures, make
 from tasks import PROFILES
 
 
@@ -45,6 +45,19 @@ def cmd_figure(args) -> int:
     if args.profile not in PROFILES:
         print(f"error: unknown profile {args.profile!r}; choose from {', '.join(PROFILES)}", file=sys.stderr)
         return 2
+    from tables.figures.runs import ensure
+    from tables.generate import ran_with
+
+    if len(names) > 1 and ran_with()["jobs"] > 1:
+        # `make figures JOBS=n`: n processes share the runs out, so each trains every figure's runs first
+        # rather than waiting, figure by figure, for the other's
+        try:
+            runs = [run for name in names for run in get_figure(name).RUNS]
+            ensure(runs, args.profile, args.results_dir, args.data_root, not args.no_progress, args.verbose)
+        except KeyboardInterrupt:
+            return _interrupted(args)
+        except Exception as err:  # noqa: BLE001 - the figures below say which of them it stops
+            print(f"error: figure runs: {type(err).__name__}: {err}", file=sys.stderr)
     failed = 0
     for name in names:
         start = time.perf_counter()
@@ -53,12 +66,7 @@ def cmd_figure(args) -> int:
                 name, args.profile, args.results_dir, args.data_root, not args.no_progress, args.verbose
             )
         except KeyboardInterrupt:
-            print(
-                f"\ninterrupted: finished runs are cached under {args.results_dir}/figures/runs; "
-                "run the same command again to go on",
-                file=sys.stderr,
-            )
-            return 130
+            return _interrupted(args)
         except Exception as err:  # noqa: BLE001 - one line per failed figure; the others are still drawn
             failed += 1
             print(f"error: {name}: {type(err).__name__}: {err}", file=sys.stderr)
@@ -68,3 +76,12 @@ def cmd_figure(args) -> int:
             file=sys.stderr,
         )
     return 1 if failed else 0
+
+
+def _interrupted(args) -> int:
+    print(
+        f"\ninterrupted: finished runs are cached under {args.results_dir}/figures/runs; "
+        "run the same command again to go on",
+        file=sys.stderr,
+    )
+    return 130

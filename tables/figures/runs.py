@@ -8,6 +8,8 @@ learning rate for UI8 Figure 4b, a smaller batch for WAGEUBN Figure 8). The cach
 written whole or not at all (atomic_files): result.json (the RunResult and how the run was made),
 records.json (the recorder's records and the curves) and samples.npz. The tables' own cache is not
 written: the recorder's work falls inside the timed training steps, so the run's ms/iter is not a cell's.
+A process trains a run only while it holds the run's claim (tables.cells.Claim, <folder>.lock), so
+processes on one results directory (`make figures JOBS=2`) share the runs out, as the tables' cells.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from atomic_files import write_folder
 from kernels.bench.devices import describe, label
 from repro.recorder import load
 from tables import provenance
-from tables.cells import normalize_options
+from tables.cells import Claim, normalize_options
 from tables.render import describe_dataset
 from tasks import classification, recipe_version
 
@@ -319,14 +321,33 @@ def ensure(
         dynamic_ncols=True,
     )
     try:
-        for name in todo:
-            bar.set_postfix_str(name, refresh=True)
-            log = None if verbose else Path(results_dir) / "figures" / "logs" / f"{name}-{profile}.log"
-            train(RUNS[name], profile, run_folder(root, RUNS[name], profile, data_root), data_root, log)
-            bar.update(1)
+        # first the runs no other process is training, then (waiting for each claim) those it was
+        deferred = [n for n in todo if not _train_claimed(n, folders[n], profile, data_root, results_dir,
+                                                          verbose, bar, wait=False)]  # fmt: skip
+        for name in deferred:
+            _train_claimed(name, folders[name], profile, data_root, results_dir, verbose, bar, wait=True)
     finally:
         bar.close()
     return {n: read(root, RUNS[n], profile, data_root) for n in names}
+
+
+def _train_claimed(
+    name: str, folder: Path, profile: str, data_root: str | None, results_dir, verbose: bool, bar, wait: bool
+) -> bool:
+    """Train run `name` under its claim unless another process has it done; False (without waiting)
+    when another process holds the claim and `wait` is False."""
+    claim = Claim(folder.parent / f"{folder.name}.lock")
+    if not claim.acquire(wait=wait):
+        return False
+    try:
+        if not (folder / "result.json").exists():  # another process may have trained it meanwhile
+            bar.set_postfix_str(name, refresh=True)
+            log = None if verbose else Path(results_dir) / "figures" / "logs" / f"{name}-{profile}.log"
+            train(RUNS[name], profile, folder, data_root, log)
+        bar.update(1)
+    finally:
+        claim.release(remove=(folder / "result.json").exists())
+    return True
 
 
 def train(spec: RunSpec, profile: str, folder: Path, data_root: str | None, log: Path | None) -> None:
