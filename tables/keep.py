@@ -89,7 +89,10 @@ def main(argv=None) -> int:
     parser.add_argument("--to", dest="dest", default="results/reference/embedded")
     parser.add_argument("--profile", default="embedded")
     parser.add_argument(
-        "--seeds", type=int, default=None, help="the first N seeds only (default: the profile's)"
+        "--seeds",
+        type=int,
+        default=None,
+        help="the first N seeds only (default: each table's own, else the profile's)",
     )
     args = parser.parse_args(argv)
     source, dest = Path(args.source), Path(args.dest)
