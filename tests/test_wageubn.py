@@ -403,3 +403,55 @@ def test_hook_installs_optimizer_and_resumes(tmp_path):
     assert sorted(got) == sorted(want)
     for k in want:
         torch.testing.assert_close(got[k]["momentum_buffer"], want[k]["momentum_buffer"])
+
+
+# ------------------------------------------------------------------------- in place, the same bits
+def _spread(seed: int) -> torch.Tensor:
+    """Values over 60 binades with ties on the 2^-7 and 2^-15 grids and zeros."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4096, generator=g) * torch.logspace(-50, 10, 4096, base=2)
+    x[:64] = (torch.arange(64) + 0.5) * 2.0**-7
+    x[64:128] = -(torch.arange(64) + 0.5) * 2.0**-15
+    x[128:136] = 0.0
+    return x
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int32)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_fixed_point_functions_give_the_bits_of_their_plain_expressions(seed):
+    """fixed_point.py works in place on its own temporaries; the values are those of the equations written
+    as plain torch expressions (a new tensor per step), bit for bit, and CQ draws the same noise."""
+    x = _spread(seed)
+    r = torch.exp2(torch.round(torch.log2(x.abs().max())))
+    for k in (8, 15, 16):
+        n = 2.0 ** (k - 1)
+        assert torch.equal(_bits(Q(x, k)), _bits(torch.round(x * n) / n))
+        plain_sq = r * (torch.round((x / r) * n) / n).clamp(-1 + 2.0 ** -(k - 1), 1 - 2.0 ** -(k - 1))
+        assert torch.equal(_bits(SQ(x, k)), _bits(plain_sq))
+    sc = r / 2.0**7
+    v = x / sc
+    plain_flag = sc * torch.where(v.abs() >= 1, torch.round(v).clamp(-127, 127), torch.round(v * 128) / 128)
+    assert torch.equal(_bits(flag_qe2(x, 8)), _bits(plain_flag))
+    dr = 64.0
+    noise = torch.rand(x.shape, generator=torch.Generator().manual_seed(5))
+    plain_cq = torch.floor(dr * (x / r) + noise).clamp(-dr + 1, dr - 1) / 2.0**14
+    assert torch.equal(_bits(CQ(x, dr, generator=torch.Generator().manual_seed(5))), _bits(plain_cq))
+
+
+def test_the_optimizer_in_place_gives_the_bits_of_its_plain_expressions():
+    x = _spread(2)
+    w = nn.Parameter(x.clone())
+    opt = FixedPointMomentum([{"params": [w], "lr": 0.05}], fixed_point=[w])
+    want, acc_q, lr = x.clone(), None, 26 / 512
+    for step in range(3):
+        g = _spread(10 + step) * 2.0**-10
+        w.grad = g.clone()
+        opt.step()
+        acc = g.clone() if acc_q is None else acc_q * 0.75 + g  # eq. 20-23 as written
+        acc_q = torch.round(acc * 2.0**12) / 2.0**12
+        want = torch.round((want - lr * acc) * 2.0**23) / 2.0**23
+        assert torch.equal(_bits(w.detach()), _bits(want))
+        assert torch.equal(_bits(opt.state[w]["momentum_buffer"]), _bits(acc_q))

@@ -15,6 +15,9 @@ Every function returns float tensors on the fixed-point grid (quantize-dequantiz
 are fixed-point numbers whose integer part is not bounded to int8 (Q has no clip: activations after
 ReLU exceed 127 * 2^-7), so its arithmetic is simulated, not run as int8 x int8 products.
 Rounding: torch.round (half to even), as the authors' tf.round.
+Each function works in place on the temporaries it makes (one allocation, not one per step): the same
+operations in the same order, so the same values bit for bit (tests/test_wageubn.py compares them with
+the plain expressions).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def d(k: int) -> float:
 def Q(x: torch.Tensor, k: int) -> torch.Tensor:
     """Direct quantization to k bits (eq. 6): the nearest multiple of 2^-(k-1), range not clipped."""
     n = 2.0 ** (k - 1)
-    return torch.round(x * n) / n
+    return (x * n).round_().div_(n)
 
 
 def R(x: torch.Tensor) -> torch.Tensor:
@@ -49,23 +52,24 @@ def norm(x: torch.Tensor) -> torch.Tensor:
 def stochastic_round(v: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Sr (eq. 7): floor(v) + Bernoulli(v - floor(v)), so E[Sr(v)] = v."""
     noise = torch.rand(v.shape, generator=generator, device=v.device, dtype=v.dtype)
-    return torch.floor(v + noise)
+    return noise.add_(v).floor_()  # noise + v is v + noise: the same sum
 
 
 def Sd(x: torch.Tensor, dr: float, generator: torch.Generator | None = None) -> torch.Tensor:
     """Integers in [-dr + 1, dr - 1] (eq. 7); dr in {2^(k-1), ..., 1} follows the d_r schedule."""
-    return stochastic_round(dr * norm(x), generator).clamp_(-dr + 1, dr - 1)
+    return stochastic_round(norm(x).mul_(dr), generator).clamp_(-dr + 1, dr - 1)
 
 
 def CQ(x: torch.Tensor, dr: float, k_gc: int = 15, generator: torch.Generator | None = None) -> torch.Tensor:
     """Constant quantization of weight gradients (eq. 7, 18): Sd(x) / 2^(kGC - 1)."""
-    return Sd(x, dr, generator) / 2.0 ** (k_gc - 1)
+    return Sd(x, dr, generator).div_(2.0 ** (k_gc - 1))
 
 
 def SQ(x: torch.Tensor, k: int) -> torch.Tensor:
     """Shift quantization of errors (eq. 8): keeps the magnitude R(x), k-bit resolution below it."""
     r = R(x)
-    return r * Q(x / r, k).clamp_(-1 + d(k), 1 - d(k))
+    n = 2.0 ** (k - 1)
+    return (x / r).mul_(n).round_().div_(n).clamp_(-1 + d(k), 1 - d(k)).mul_(r)  # r * Q(x / r, k), clipped
 
 
 def flag_qe2(x: torch.Tensor, k: int = 8) -> torch.Tensor:
@@ -75,7 +79,7 @@ def flag_qe2(x: torch.Tensor, k: int = 8) -> torch.Tensor:
     big = v.abs() >= 1
     top = 2.0 ** (k - 1) - 1
     # The authors' Quantize.py (fe2) clips the fractional branch to [-1, 1]; Q(|v| < 1) cannot leave it.
-    return sc * torch.where(big, torch.round(v).clamp_(-top, top), Q(v, k))
+    return torch.where(big, torch.round(v).clamp_(-top, top), Q(v, k)).mul_(sc)
 
 
 def QW(x: torch.Tensor, k: int) -> torch.Tensor:

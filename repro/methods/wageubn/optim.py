@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 import torch
 
-from repro.methods.wageubn.fixed_point import Q, quantized_lr
+from repro.methods.wageubn.fixed_point import quantized_lr
 
 
 class FixedPointMomentum(torch.optim.Optimizer):
@@ -67,8 +67,15 @@ class FixedPointMomentum(torch.optim.Optimizer):
                     g = g.add(p, alpha=group["weight_decay"])
                 buf = state.get("momentum_buffer")
                 acc = g.clone() if buf is None else buf.mul(mom).add_(g)
-                state["momentum_buffer"] = Q(acc, self.k_acc) if fixed else acc
                 p.sub_(acc, alpha=lr_q)
-                if fixed:
-                    p.copy_(Q(p, self.k_wu))
+                if fixed:  # Q(acc, kAcc) and Q(p, kWU) in place: the values Q gives, no copies
+                    _quantize_in_place(acc, self.k_acc)
+                    _quantize_in_place(p, self.k_wu)
+                state["momentum_buffer"] = acc
         return loss
+
+
+def _quantize_in_place(t: torch.Tensor, k: int) -> None:
+    """t = Q(t, k) (fixed_point.Q: round(t * 2^(k-1)) / 2^(k-1)), in t's own memory."""
+    n = 2.0 ** (k - 1)
+    t.mul_(n).round_().div_(n)
