@@ -78,3 +78,26 @@ def test_the_largest_gradient_never_leaves_its_range():
     # r = 1 + noise can round to n + 1/2 and then up to n + 1 (about 1 in 50,000 draws): the clip to [0, 1]
     g = torch.ones(4_000_000, 1)
     assert quantize_grad(g, 8, torch.Generator().manual_seed(0)).max().item() <= 1.0
+
+
+@pytest.mark.parametrize("bits", [2, 8])
+def test_the_weight_quantizer_gives_the_bits_and_gradient_of_its_autograd_expression(bits):
+    """quantize_weight is one autograd Function working in place; eq. 9 written as an autograd graph
+    (tanh, / 2m with m constant, + 1/2, a straight-through round, x 2, - 1) gives the same bits, forward and
+    backward."""
+    g = torch.Generator().manual_seed(0)
+    w0 = torch.randn(64, 96, generator=g) * 0.05
+    w0[0, :8] = 0.0
+    upstream = torch.randn(64, 96, generator=g)
+    w = w0.clone().requires_grad_()
+    quantize_weight(w, bits).backward(upstream)
+    ref = w0.clone().requires_grad_()
+    t = torch.tanh(ref)
+    m = t.detach().abs().max()
+    n = float(2**bits - 1)
+    r = t / (2 * m) + 0.5
+    q = r + (torch.round(r.detach() * n) / n - r.detach())  # the round, straight-through
+    (2 * q - 1).backward(upstream)
+    want = 2 * (torch.round((torch.tanh(w0) / (2 * m) + 0.5) * n) / n) - 1
+    assert torch.equal(quantize_weight(w0, bits).view(torch.int32), want.view(torch.int32))
+    assert torch.equal(w.grad.view(torch.int32), ref.grad.view(torch.int32))

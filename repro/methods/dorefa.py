@@ -30,17 +30,38 @@ from repro.ste import grad_quant, ste
 def quantize_k(r: torch.Tensor, k: int) -> torch.Tensor:
     """round((2^k - 1) r) / (2^k - 1) (eq. 5)."""
     n = float(2**k - 1)
-    return torch.round(r * n) / n
+    return (r * n).round_().div_(n)
 
 
 def quantize_weight(w: torch.Tensor, k: int) -> torch.Tensor:
     """eq. 9, differentiable except for the round (straight-through)."""
-    t = torch.tanh(w)
-    m = t.detach().abs().max()
-    if float(m) == 0.0:  # all-zero weight: tanh(0)/0; DoReFa maps it to quantize_k(1/2)
-        m = torch.ones_like(m)
-    r = t / (2 * m) + 0.5
-    return 2 * ste(r, lambda u: quantize_k(u, k)) - 1
+    return _WeightQuant.apply(w, k)
+
+
+class _WeightQuant(torch.autograd.Function):
+    """2 quantize_k(tanh(w) / (2 m) + 1/2) - 1 and its gradient, m = max|tanh(w)| taken as a constant.
+
+    The operations of the autograd graph of that expression (tanh, / 2m, + 1/2, a straight-through round,
+    x 2, - 1), in the same order, so the same values bit for bit, but on one temporary in place: AlexNet's
+    fully connected weights (54M values) made a new tensor at every step of it (docs/methods.md)."""
+
+    @staticmethod
+    def forward(ctx, w, k):
+        t = torch.tanh(w)
+        low, high = torch.aminmax(t)  # max|t| in one pass: the larger magnitude of the two, exactly
+        m = torch.maximum(high, low.neg())
+        if float(m) == 0.0:  # all-zero weight: tanh(0)/0; DoReFa maps it to quantize_k(1/2)
+            m = torch.ones_like(m)
+        two_m = 2 * m
+        ctx.save_for_backward(t, two_m)
+        n = float(2**k - 1)
+        return t.div(two_m).add_(0.5).mul_(n).round_().div_(n).mul_(2).sub_(1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        t, two_m = ctx.saved_tensors
+        # x 2, then / 2m (through the round and + 1/2 unchanged), then tanh's derivative
+        return torch.ops.aten.tanh_backward((grad * 2).div_(two_m), t), None
 
 
 def quantize_activation(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -54,9 +75,9 @@ def quantize_grad(g: torch.Tensor, k: int, generator: torch.Generator | None = N
     m = g.abs().amax(dim=dims, keepdim=True) if dims else g.abs()
     safe = torch.where(m > 0, m, torch.ones_like(m))
     n = float(2**k - 1)
-    noise = (torch.rand(g.shape, generator=generator, device=g.device) - 0.5) / n
-    r = (g / (2 * safe) + 0.5 + noise).clamp_(0, 1)
-    return torch.where(m > 0, 2 * safe * (quantize_k(r, k) - 0.5), torch.zeros_like(g))
+    noise = torch.rand(g.shape, generator=generator, device=g.device).sub_(0.5).div_(n)
+    r = (g / (2 * safe)).add_(0.5).add_(noise).clamp_(0, 1)
+    return torch.where(m > 0, quantize_k(r, k).sub_(0.5).mul_(2 * safe), torch.zeros_like(g))
 
 
 class DorefaQuantizer(LayerQuantizer):
