@@ -96,11 +96,8 @@ def test_rounding_in_chunks_gives_the_bits_and_the_noise_stream_of_one_pass(fmt,
     where one pass leaves it (subnormals, ties and values beyond max among them)."""
     from repro.methods.fp8 import formats
 
-    torch.manual_seed(0)
-    x = torch.randn(5, 1003) * torch.logspace(-40, 5, 5015, base=2).reshape(5, 1003)
-    x[0, :300] = torch.arange(300) * 2.0**-10 + 2.0**-11  # halfway between FP16 grid points
-    x[1, :10] = 0.0
-    x[2, :5] = 1e9
+    monkeypatch.setattr(formats.float_format, "available", lambda: False)  # the torch expression
+    x = _adversarial()
     gens = [torch.Generator().manual_seed(3) for _ in range(2)]
     whole = round_to(x, fmt, rounding, gens[0])
     monkeypatch.setattr(formats, "CHUNK", 256)  # 20 chunks, the last one short
@@ -108,3 +105,42 @@ def test_rounding_in_chunks_gives_the_bits_and_the_noise_stream_of_one_pass(fmt,
     assert torch.equal(whole.view(torch.int32), chunked.view(torch.int32))
     assert torch.equal(gens[0].get_state(), gens[1].get_state())
     assert (chunked.abs() <= fmt.max).all() and (chunked[x.abs() < 2.0**fmt.emin] != 0).any()
+
+
+def _adversarial() -> torch.Tensor:
+    """Values over 45 binades, with subnormals, ties, signed zeros and values beyond max."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 1003) * torch.logspace(-40, 5, 5015, base=2).reshape(5, 1003)
+    x[0, :300] = torch.arange(300) * 2.0**-10 + 2.0**-11  # halfway between FP16 grid points
+    x[1, :10] = 0.0
+    x[1, 10:20] = -0.0
+    x[2, :5] = 1e9
+    ties = torch.arange(100) + 0.5  # halfway between subnormal grid points: half to even
+    x[3, :100], x[3, 100:200] = ties * FP8.min_subnormal, -ties * FP16.min_subnormal
+    return x
+
+
+@pytest.mark.parametrize("fmt", [FP8, FP16], ids=["fp8", "fp16"])
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+def test_the_native_rounding_gives_the_bits_and_the_noise_stream_of_the_torch_expression(
+    fmt, rounding, monkeypatch
+):
+    """kernels/cpu/csrc/float_format.cpp in one pass against formats.py's torch expression, on the values
+    above and on 2^18 random float32 bit patterns of every finite exponent."""
+    from kernels.cpu import float_format
+    from repro.methods.fp8 import formats
+
+    if not float_format.available():
+        pytest.skip("no C++ compiler: the native library cannot be built")
+    gen = torch.Generator().manual_seed(1)
+    bits = torch.randint(0, 1 << 23, (1 << 18,), generator=gen, dtype=torch.int32)
+    bits |= torch.randint(0, 255, bits.shape, generator=gen, dtype=torch.int32) << 23
+    bits |= torch.randint(0, 2, bits.shape, generator=gen, dtype=torch.int32) << 31
+    for x in (_adversarial(), bits.view(torch.float32) * 2.0**-100):  # scaled: below FP16's max, subnormals
+        gens = [torch.Generator().manual_seed(3) for _ in range(2)]
+        native = round_to(x, fmt, rounding, gens[0])
+        with monkeypatch.context() as m:
+            m.setattr(formats.float_format, "available", lambda: False)
+            torch_expression = round_to(x, fmt, rounding, gens[1])
+        assert torch.equal(native.view(torch.int32), torch_expression.view(torch.int32))
+        assert torch.equal(gens[0].get_state(), gens[1].get_state())

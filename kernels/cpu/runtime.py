@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
-SOURCES = ("quantize.cpp", "gemm.cpp", "depthwise.cpp")
+SOURCES = ("quantize.cpp", "gemm.cpp", "depthwise.cpp", "float_format.cpp")
 HEADERS = ("philox.h",)
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 
@@ -100,6 +100,8 @@ def library() -> ctypes.CDLL | None:
     for fn in (lib.rq_dw_forward, lib.rq_dw_input_grad, lib.rq_dw_weight_grad):
         fn.argtypes = (ptr, ptr, ptr, ptr)
         fn.restype = i32
+    lib.rq_round_float_format.argtypes = (ptr, ptr, i64, i32, i32, ctypes.c_float, ptr, ptr)
+    lib.rq_round_float_format.restype = i64
     return lib
 
 

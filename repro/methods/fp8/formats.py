@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.cpu import float_format
 from repro.quant import ROUNDINGS, check_finite
 
 
@@ -71,7 +72,13 @@ def round_to(
     if rounding == "stochastic":
         noise = torch.randint(0, 1 << drop, x.shape, generator=generator, dtype=torch.int32)
     small = None  # stochastic: the elements below 2^emin, rounded after the rest
-    if x.numel() <= 4 * CHUNK or (fmt == FP8 and noise is None):  # the float8 cast: one pass, no chunks
+    if x.device.type == "cpu" and float_format.available():  # the same bits in one native pass
+        out, small, count = float_format.round_float_format(
+            x, fmt.man_bits, fmt.emin, fmt.max, noise, small=noise is not None
+        )
+        if not count:
+            return out
+    elif x.numel() <= 4 * CHUNK or (fmt == FP8 and noise is None):  # the float8 cast: one pass, no chunks
         out = _round(x, fmt, noise)
         if noise is not None:
             small = x.abs() < 2.0**fmt.emin
@@ -89,9 +96,10 @@ def round_to(
         # Below 2^emin the spacing stays that of the lowest binade (subnormals): round on that fixed grid;
         # the noise drawn for the small elements only, after the bits' noise, as it always was
         ulp = fmt.min_subnormal
-        v = x[small] / ulp
+        where = small.view(-1).nonzero().squeeze(1)  # found once for the read and the write
+        v = x.view(-1)[where] / ulp
         v = v.add_(torch.rand(v.shape, generator=generator)).floor_()  # float32, as x
-        out[small] = v * ulp
+        out.view(-1)[where] = v * ulp
     return out
 
 

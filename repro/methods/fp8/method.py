@@ -39,7 +39,7 @@ class Fp8Quantizer(LayerQuantizer):
         out = t * s
         for fmt in formats:
             out = round_to(out, fmt)
-        return (out / s).to(t.dtype)
+        return out.div_(s).to(t.dtype)  # out is round_to's own tensor
 
     def simulate(self, x: torch.Tensor, weight: torch.Tensor, op) -> torch.Tensor:
         # GX is an FP16 accumulator result; GW too, then stored as FP8 (the "G" of W/A/E/G).
