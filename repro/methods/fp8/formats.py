@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+import kernels
 from kernels.cpu import float_format
 from repro.quant import ROUNDINGS, check_finite
 
@@ -72,7 +73,8 @@ def round_to(
     if rounding == "stochastic":
         noise = torch.randint(0, 1 << drop, x.shape, generator=generator, dtype=torch.int32)
     small = None  # stochastic: the elements below 2^emin, rounded after the rest
-    if x.device.type == "cpu" and float_format.available():  # the same bits in one native pass
+    # the same bits in one native pass; under torch.compile the torch expression, which inductor fuses
+    if x.device.type == "cpu" and not kernels.compiling() and float_format.available():
         out, small, count = float_format.round_float_format(
             x, fmt.man_bits, fmt.emin, fmt.max, noise, small=noise is not None
         )
