@@ -17,7 +17,10 @@ def resolve(name: str | torch.device | None) -> torch.device:
     line when a CUDA device is asked for and none exists."""
     if name is None or name == "auto":
         return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-    dev = torch.device(name)
+    try:
+        dev = torch.device(name)
+    except RuntimeError:  # torch's message lists every device type it knows: one line is enough
+        raise ValueError(f"unsupported device {name!r}; choose cuda or cpu") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError("device cuda asked for, but torch sees no CUDA device here (use --device cpu)")
