@@ -81,6 +81,17 @@ AUDIT_ARGS ?=
 step-audit:
 	$(BIN)/python -m repro.step_audit fp32 daiq ui8 gq $(AUDIT_ARGS)
 
+# INT8 training on the GPU at hand in one report that fits a lent GPU's 10 minutes (tables/gpu_report.py):
+# the GPU tests, whole steps against FP32 / TF32 / AMP, ResNet-50's convolutions against cuDNN fp16, a
+# DAIQ step's profile -> $(RESULTS)/gpu/report.md and .json. On a bare GPU machine (no .venv) it runs
+# the machine's python3. GPU_REPORT_ARGS: --keep (a copy under results/reference/gpu/), --compile, ...;
+# `make gpu-report GPU_REPORT_ARGS="--device cpu --tiny"` checks every section on the CPU in seconds.
+GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+GPU_REPORT_ARGS ?=
+.PHONY: gpu-report
+gpu-report:
+	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(GPU_PY) -m tables.gpu_report --out $(RESULTS)/gpu $(GPU_REPORT_ARGS)
+
 # Mutation testing (docs/testing.md): mutmut over the quantizers, methods, CPU quantizer and table renderer
 # ([tool.mutmut] in pyproject.toml), the fast tests that cover each mutant; prints the score and the
 # survivors. About 40 minutes on 2 cores (4,004 mutants). MUTANTS="name ..." reruns some.

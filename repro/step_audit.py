@@ -176,7 +176,7 @@ def audit_step(variant: steptime.Variant, model: str = "resnet50", batch: int = 
     with dry_run() as launches:
         with torch.device(DEVICE):
             base = steptime.MODELS[model](num_classes=num_classes)
-        runner = steptime._Runner(variant, base, DEVICE, num_classes)
+        runner = steptime.Runner(variant, base, DEVICE, num_classes)
         if half:
             runner.model.half()  # in place: the optimizer keeps the same parameters
         x = torch.empty((batch, 3, size, size), device=DEVICE, dtype=torch.float16 if half else None)

