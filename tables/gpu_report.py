@@ -269,6 +269,18 @@ def time_layers(device, layers, batch: int, reps: int) -> dict[str, Any]:
 # section: where a DAIQ step's time goes
 
 
+def union_length(spans: list[tuple[float, float]]) -> float:
+    """The time covered by at least one of the (start, end) intervals: the GPU's busy time when kernels
+    overlap (several streams)."""
+    busy, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            busy, end = busy + (b - a), b
+        elif b > end:
+            busy, end = busy + (b - end), b
+    return busy
+
+
 def _is_device_event(e) -> bool:
     return str(getattr(e, "device_type", "")).endswith("CUDA")
 
@@ -293,14 +305,9 @@ def profile_steps(device, model: str, batch: int, size: int) -> dict[str, Any]:
     out: dict[str, Any] = {"model": model, "batch": batch, "size": size, "steps": 2, "method": "daiq"}
     if device.type == "cuda":
         kernels = [e for e in events if _is_device_event(e)]
-        spans = sorted((e.time_range.start, e.time_range.end) for e in kernels)
-        busy, end = 0.0, None
-        for a, b in spans:  # the union of the kernels' intervals
-            if end is None or a > end:
-                busy, end = busy + (b - a), b
-            elif b > end:
-                busy, end = busy + (b - end), b
-        window = (spans[-1][1] - spans[0][0]) if spans else 0.0
+        spans = [(e.time_range.start, e.time_range.end) for e in kernels]
+        busy = union_length(spans)
+        window = (max(b for _, b in spans) - min(a for a, _ in spans)) if spans else 0.0
         by_name: dict[str, list[float]] = {}
         for e in kernels:
             by_name.setdefault(e.name, []).append(e.time_range.elapsed_us())
@@ -449,7 +456,7 @@ def _md_profile(s) -> list[str]:
     lines = [
         f"{s['model']} {s['method']}, batch {s['batch']}, {s['size']} px, {s['steps']} steps; {s['unit']}."
     ]
-    if s["launches_per_step"] is not None:
+    if s["idle_share"] is not None:
         lines.append(
             f"Per step: {s['launches_per_step']:.0f} kernel launches, {s['device_ops_per_step']:.0f} device "
             f"operations, {s['window_ms_per_step']:.1f} ms from the first to the last, of which the GPU sat "

@@ -112,6 +112,18 @@ def test_tests_that_outlast_their_time_are_reported_not_fatal(tmp_path):
     assert "timed out after 8 s" in "\n".join(gpu_report._md_tests(got))
 
 
+def test_busy_time_is_the_union_of_overlapping_kernels():
+    assert gpu_report.union_length([(20, 25), (0, 10), (5, 15), (6, 7)]) == 20
+    assert gpu_report.union_length([]) == 0
+
+
+def test_a_profile_without_device_kernels_still_renders():
+    s = {"model": "resnet50", "method": "daiq", "batch": 64, "size": 224, "steps": 2, "unit": "GPU time",
+         "launches_per_step": 0.0, "device_ops_per_step": 0.0, "window_ms_per_step": 0.0,
+         "idle_ms_per_step": 0.0, "idle_share": None, "top": []}  # fmt: skip
+    assert "Per step: 0 op calls." in "\n".join(gpu_report._md_profile(s))
+
+
 def _row(variant, ms, vs_amp, vs_tf32, peak):
     return {
         "variant": variant,
