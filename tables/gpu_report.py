@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -49,6 +50,7 @@ import torch
 
 from atomic_files import write_file
 from kernels.bench import devices
+from kernels.bench.layers import time_round_robin
 from repro import steptime
 from repro.layer_cases import OPS, RESNET50, Case, half_name, layer_name, shrink
 from tables import provenance
@@ -237,8 +239,8 @@ def step_targets(steps: list[dict]) -> list[str]:
 
 
 def time_layers(device, layers, batch: int, reps: int) -> dict[str, Any]:
-    """Best of `reps` per layer, op and implementation (reps taken round-robin over one layer's
-    callables, after a warm-up), summed over the network with each layer's count."""
+    """Best of `reps` per layer, op and implementation (kernels.bench.layers' round-robin timing over one
+    layer's callables), summed over the network with each layer's count."""
     half = torch.float16 if device.type == "cuda" else torch.bfloat16
     impls = ("int8-op", "int8", "fp32", half_name(half))
     if device.type == "cuda":  # the paper's FP32 (a 2080 Ti has no TF32)
@@ -248,20 +250,12 @@ def time_layers(device, layers, batch: int, reps: int) -> dict[str, Any]:
     for i, layer in enumerate(layers):  # layers[i] is RESNET50[i] or its tiny stand-in
         case = Case(layer, batch, i, device, half)
         calls = [(op, impl) for op in OPS for impl in impls]
-        for op, impl in calls:
-            case.run(impl, op)
-        best = dict.fromkeys(calls, float("inf"))
-        for _ in range(reps):
-            for op, impl in calls:
-                t0 = time.perf_counter()
-                case.run(impl, op)
-                best[op, impl] = min(best[op, impl], time.perf_counter() - t0)
+        timed = time_round_robin([(c, [functools.partial(case.run, c[1], c[0])]) for c in calls], reps)
         count = layer[1]
-        for (op, impl), sec in best.items():
-            totals[op][impl] += count * sec * 1e3
-        ms = {f"{op} {impl}": round(sec * 1e3, 4) for (op, impl), sec in best.items()}
-        per_layer.append({"layer": layer_name(RESNET50[i]), "count": count, "ms": ms})
-        del case
+        for (op, impl), (ms,) in timed:
+            totals[op][impl] += count * ms
+        best = {f"{op} {impl}": round(ms, 4) for (op, impl), (ms,) in timed}
+        per_layer.append({"layer": layer_name(RESNET50[i]), "count": count, "ms": best})
     return {"batch": batch, "reps": reps, "half": impls[-1], "totals_ms": totals, "layers": per_layer}
 
 

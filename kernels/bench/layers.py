@@ -30,7 +30,7 @@ from kernels import cpu
 _CLOCK = time.perf_counter
 
 
-def _time_all(rows, reps: int):
+def time_round_robin(rows, reps: int):
     """Best-of-reps milliseconds of every callable, the reps taken round-robin over all of them, so
     that a burst of other load on the machine cannot spoil all samples of one op."""
     fns = [fn for _, fns in rows for fn in fns]
@@ -135,7 +135,7 @@ def quant_profile(reps: int) -> None:
             "dequantize (fused epilogue)": lambda a=acc: cpu.dequantize(a, 0.5),
             op_name: op,
         }
-        rows = _time_all([(name, [fn]) for name, fn in fns.items()], reps)
+        rows = time_round_robin([(name, [fn]) for name, fn in fns.items()], reps)
         print(f"{what}: {tuple(t.shape)} = {t.numel() / 1e6:.1f} M elements; ms, best of {reps}")
         for name, (ms,) in rows:
             print(f"  {name:44s}{ms:9.2f}")
@@ -198,7 +198,7 @@ def main() -> None:
         for c, hw, k, s, p, count in mobilenet_v2_depthwise():
             rows.append(conv_row(f"mv2 dw {c} {hw}x{hw} k{k}s{s} x{count}", 32, c, c, hw, k, s, p, c, cl))
             dw_counts.append(count)
-    rows = _time_all(rows, args.reps)
+    rows = time_round_robin(rows, args.reps)
     for label, weights, first in (("r18 convs", counts, 3), ("mv2 depthwise", dw_counts, 3 + len(counts))):
         if weights:
             group = rows[first : first + len(weights)]
