@@ -20,7 +20,7 @@ from torch.nn import grad as tgrad
 
 import kernels
 from kernels import cpu, reference
-from kernels.cpu import im2col, memory, onednn, routes
+from kernels.cpu import im2col, memory, onednn, products, routes
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 CONV_INPUT = {1: tgrad.conv1d_input, 2: tgrad.conv2d_input, 3: tgrad.conv3d_input}
@@ -225,20 +225,58 @@ def layouts(t: torch.Tensor):
     yield "batch-transposed", t.transpose(0, 1).contiguous().transpose(0, 1)
 
 
+@pytest.mark.parametrize("small_out", [0, 10**6])  # oneDNN where exact, or im2col + _int_mm
 @pytest.mark.parametrize("chunk", [1, 2, None])
-@pytest.mark.parametrize("nd,k,s,p,d,groups", [(2, 3, 2, 1, 1, 2), (1, 3, 1, 1, 2, 1), (3, 3, 1, 1, 1, "dw")])
-def test_cpu_conv_any_layout(monkeypatch, nd, k, s, p, d, groups, chunk):
-    """Contiguous, channels-last and strided operands; batch chunks of 1, 2 (+ 1) or 3 images."""
-    monkeypatch.setattr(routes, "SMALL_OUT", 0)
+@pytest.mark.parametrize(
+    "nd,k,s,p,d,groups",
+    [(2, 3, 2, 1, 1, 2), (1, 3, 1, 1, 2, 1), (3, 3, 1, 1, 1, "dw"), (2, 3, 2, 1, 1, 1), (2, 1, 2, 0, 1, 1)],
+)
+def test_cpu_conv_any_layout(monkeypatch, nd, k, s, p, d, groups, chunk, small_out):
+    """Contiguous, channels-last and strided operands and weights; batch chunks of 1, 2 (+ 1) or 3 images."""
+    monkeypatch.setattr(routes, "SMALL_OUT", small_out)
     monkeypatch.setattr(routes, "CHUNK_IMAGES", chunk)
     gen = torch.Generator().manual_seed(5)
     x, w, g = conv_case(nd, k, s, p, d, groups, 3, gen)
     want = both(nd, k, s, p, d, groups, x, w, g, reference)
-    w_strided = w.transpose(0, 1).contiguous().transpose(0, 1)  # same values, non-contiguous weight
-    for (lx, xl), (_, gl) in zip(layouts(x), layouts(g), strict=True):
-        got = both(nd, k, s, p, d, groups, xl, w_strided, gl, cpu)
+    for (lx, xl), (_, gl), (lw, wl) in zip(layouts(x), layouts(g), itertools.cycle(layouts(w)), strict=False):
+        got = both(nd, k, s, p, d, groups, xl, wl, gl, cpu)
         for what, a, b in zip(("forward", "input grad", "weight grad"), got, want, strict=True):
-            assert_same(a, b, f"{what} ({lx})")
+            assert_same(a, b, f"{what} ({lx} operands, {lw} weight)")
+
+
+@pytest.mark.parametrize("nd,s", [(1, 1), (2, 1), (2, 2), (3, 2)])
+def test_cpu_im2col_products_read_a_channels_last_weight_without_copying_it(monkeypatch, nd, s):
+    # forward: the channels-last weight itself; input gradient: its tap-major transposed copy, made from
+    # rows of Cin codes (a transposing copy of int8 moves single bytes, several times slower)
+    monkeypatch.setattr(routes, "SMALL_OUT", 10**6)
+    gen = torch.Generator().manual_seed(3)
+    x, w, g = conv_case(nd, 3, s, 1, 1, 1, 2, gen)
+    w_cl = w.movedim(1, -1).contiguous().movedim(-1, 1)
+    operands = []
+    real_mm = im2col.mm
+
+    def spy(a, b, out=None):
+        operands.append(b)
+        return real_mm(a, b, out)
+
+    monkeypatch.setattr(im2col, "mm", spy)
+    assert_same(cpu.conv_forward(x, w_cl, s, 1), reference.conv_forward(x, w, s, 1), "forward")
+    storage = w_cl.untyped_storage().data_ptr()
+    assert operands and all(b.untyped_storage().data_ptr() == storage for b in operands)
+    operands.clear()
+    made = []
+    real_transposed = products.tap_major_transposed
+
+    def spy_transposed(*args):
+        made.append(real_transposed(*args))
+        return made[-1]
+
+    monkeypatch.setattr(products, "tap_major_transposed", spy_transposed)
+    want = reference.conv_input_grad(g, w, x.shape, s, 1)
+    assert_same(cpu.conv_input_grad(g, w_cl, x.shape, s, 1), want, "input grad")
+    assert len(operands) == len(made) > 0
+    for b, t in zip(operands, made, strict=True):
+        assert b.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
 
 
 @pytest.mark.parametrize("chunk", [1, 2, None])
@@ -767,3 +805,15 @@ def test_cpu_weight_grad_of_a_wide_weight_comes_channels_last_without_a_copy(nd)
     dw = cpu.conv_weight_grad(x, g, w_shape, 1, 1, 1, 1)
     assert dw.stride()[:2] == (16 * 3**nd, 1) and dw.stride()[-1] == 16
     assert_same(dw, reference.conv_weight_grad(x, g, w_shape, 1, 1, 1, 1), "dw")
+
+
+@pytest.mark.parametrize("start_dim", [1, 2])
+def test_abs_sums_exact_for_every_int8_and_layout(start_dim):
+    # the oneDNN guards' weight bounds: |-128| must count 128 (int8 abs leaves it -128)
+    gen = torch.Generator().manual_seed(4)
+    w = torch.randint(-128, 128, (6, 5, 3, 2), dtype=torch.int8, generator=gen)
+    w[0] = -128
+    want = w.long().abs().sum(dim=tuple(range(start_dim, 4)))
+    for name, wl in layouts(w):
+        got = onednn.abs_sums(wl, start_dim)
+        assert got.dtype == torch.int32 and torch.equal(got.long(), want), name

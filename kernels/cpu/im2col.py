@@ -96,8 +96,13 @@ def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int) -> torc
     npos = math.prod(out)
     a, b = cin // groups, cout // groups
     blk = min(groups, max(1, 64 // max(a, b)))
-    # weights as (Cout, prod(k) * a) with columns (k..., c), the order of the channels-last im2col
-    wm = wq.movedim(1, -1).reshape(cout, ntap, a).contiguous()
+    if groups == 1:
+        # the (prod(k) * Cin, Cout) operand, rows (k..., c) as the channels-last im2col's columns: a view of a
+        # channels-last weight, and of the input gradient's tap-major transposed weight (tap_major_transposed)
+        wb = wq.permute(*range(2, 2 + nd), 1, 0).reshape(ntap * cin, cout)
+    else:
+        # weights as (Cout, prod(k) * a) with columns (k..., c), the order of the channels-last im2col
+        wm = wq.movedim(1, -1).reshape(cout, ntap, a).contiguous()
     y = empty_cl((n, cout, *out), torch.int32)
     ymat = y.movedim(1, -1).view(n * npos, cout)  # rows (n, o...), contiguous
     chunk = routes.batch_chunk(n, npos * ntap * cin, IM2COL_CHUNK_BYTES)
@@ -109,7 +114,7 @@ def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int) -> torc
             g1 = min(groups, g0 + blk)
             cols = im2col(xp[:, g0 * a : g1 * a], k, s, d, out, True)  # (rows, prod(k) * B*a)
             if groups == 1:
-                mm(cols, wm.view(cout, -1).t(), out=ymat[rows])
+                mm(cols, wb, out=ymat[rows])
                 continue
             # block-diagonal weight (B*b, prod(k), B*a): group i of the block at [i*b.., :, i*a..]
             nb = g1 - g0

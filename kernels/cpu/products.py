@@ -105,7 +105,7 @@ def _conv_int(
     else:
         # |x| <= 128, so |acc| <= 128 * max_oc ||w_oc||_1: if that is < 2^24 the fp32 output is exact
         blocks = [(0, wq.shape[1])]
-        checked = onednn.ZP * int(wq.to(torch.int32).abs().flatten(1).sum(1).max()) >= onednn.F32_EXACT
+        checked = onednn.ZP * int(onednn.abs_sums(wq, 1).max()) >= onednn.F32_EXACT
     n = xq.shape[0]
     # batch chunks keep the fp32 intermediate cache-sized (and reused rather than freshly mapped)
     chunk = routes.batch_chunk(n, 4 * wq.shape[0] * math.prod(out), OUT_CHUNK_BYTES)
@@ -178,6 +178,20 @@ def _phases(length: int, out: int, k: int, s: int, p: int, d: int):
         yield phi, n_phi, (taps[::-1], dd, pad, pad - pl)
 
 
+def tap_major_transposed(wq: torch.Tensor, taps) -> torch.Tensor:
+    """The ungrouped transposed convolution's weight (Cin, Cout, *len(taps)) with wq's taps[i] along
+    spatial dimension i, in that order, laid out tap-major, (*taps, Cout, Cin) in memory.
+
+    Built one (Cout, Cin) slice per tap, which for a channels-last wq copies rows of Cin contiguous codes;
+    transposing the weight itself (or index_select on its transposed view) moves single bytes, several
+    times slower (docs/measurements.md). conv_exact reads the result as a view."""
+    nd = len(taps)
+    out = torch.empty((*(len(t) for t in taps), *wq.shape[:2]), dtype=wq.dtype)
+    for idx in itertools.product(*(range(len(t)) for t in taps)):
+        out[idx].copy_(wq[(slice(None), slice(None), *(t[i] for t, i in zip(taps, idx, strict=True)))])
+    return out.permute(nd + 1, nd, *range(nd))
+
+
 def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
     """dL/dx for dL/dy = g (torch.nn.grad.conv{N}d_input), int32 of shape input_shape."""
     _check(gq, wq)
@@ -199,14 +213,17 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
     for combo in itertools.product(*plans):
         if any(plan is None for _, _, plan in combo):
             continue
-        w_sub, flipped = wt, []
-        for i, (_, _, (taps, _, _, _)) in enumerate(combo):
-            if list(taps) == list(range(k[i]))[::-1]:
-                flipped.append(2 + i)  # all taps reversed: one flip for every such dimension
-            elif list(taps) != list(range(k[i])):
-                w_sub = w_sub.index_select(2 + i, torch.tensor(taps, dtype=torch.long))
-        if flipped:
-            w_sub = w_sub.flip(flipped)  # one pass, not an index_select per dimension (docs/measurements.md)
+        if groups == 1:
+            w_sub = tap_major_transposed(wq, [plan[0] for _, _, plan in combo])
+        else:
+            w_sub, flipped = wt, []
+            for i, (_, _, (taps, _, _, _)) in enumerate(combo):
+                if list(taps) == list(range(k[i]))[::-1]:
+                    flipped.append(2 + i)  # all taps reversed: one flip for every such dimension
+                elif list(taps) != list(range(k[i])):
+                    w_sub = w_sub.index_select(2 + i, torch.tensor(taps, dtype=torch.long))
+            if flipped:  # one pass, not an index_select per dimension (docs/measurements.md)
+                w_sub = w_sub.flip(flipped)
         dil = tuple(plan[1] for _, _, plan in combo)
         pad = tuple(plan[2] for _, _, plan in combo)
         crop = tuple(slice(plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
