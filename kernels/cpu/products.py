@@ -30,7 +30,8 @@ Which torch ops run (timings: ``python -m kernels.bench.layers``):
   image, go to im2col + ``torch._int_mm`` (int8 x int8 -> int32) instead: faster there (measured),
   and exact by construction. The im2col is one strided copy per batch chunk (<= 8 MB), a view for 1x1.
 * ``conv_input_grad``: the transposed convolution as such convolutions of g with the weight flipped
-  and its in/out channels swapped per group. Stride s > 1 is done polyphase: one stride-1
+  and its in/out channels swapped per group (ungrouped: built tap-major from rows of the weight,
+  ``tap_major_transposed``, never a byte-wise transpose). Stride s > 1 is done polyphase: one stride-1
   convolution per input phase (s^d of them) with the sub-kernel of the taps that reach it, so no
   multiplications by inserted zeros; each phase's oneDNN output is written straight into its
   positions of dx.

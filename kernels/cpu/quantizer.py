@@ -12,6 +12,7 @@ library cannot be built, torch operations do the same arithmetic (their noise is
 from __future__ import annotations
 
 import ctypes
+import math
 
 import torch
 
@@ -48,7 +49,9 @@ def _scales(scale, x: torch.Tensor, axis: int | None) -> torch.Tensor:
             raise ValueError(f"per-tensor quantization needs one scale, got shape {tuple(s.shape)}")
     elif s.numel() != x.shape[axis]:
         raise ValueError(f"per-channel scale must have shape ({x.shape[axis]},), got {tuple(s.shape)}")
-    if not bool(torch.isfinite(s).all()):
+    # one value (every per-tensor scale): one host read, where torch.isfinite(...).all() dispatches six ops
+    finite = math.isfinite(s.item()) if s.numel() == 1 else bool(torch.isfinite(s).all())
+    if not finite:
         raise NonFiniteError("non-finite values in the quantizer's scale")
     return s
 
