@@ -148,16 +148,22 @@ def test_statistics_and_counts(shape):
             assert count.tolist() == [int((x.abs() > sigma0).sum())]
 
 
-def test_dequantize_epilogue():
+@pytest.mark.parametrize(
+    "shape,axis",
+    [((3, 20, 4, 5), 1), ((6, 20, 3, 3), 0), ((3, 20, 8, 9), 1)],  # runs of one scale < 64, 180, 72 long
+)
+def test_dequantize_epilogue(shape, axis):
     gen = torch.Generator().manual_seed(2)
-    acc = torch.randint(-(2**24), 2**24, (3, 20, 4, 5), generator=gen, dtype=torch.int32)
-    scale = torch.rand(20, generator=gen) + 0.01
+    acc = torch.randint(-(2**24), 2**24, shape, generator=gen, dtype=torch.int32)
+    scale = torch.rand(shape[axis], generator=gen) + 0.01
+    per_channel = [1, 1, 1, 1]
+    per_channel[axis] = -1
     for make in LAYOUTS.values():
         a = make(acc)
         for dtype in (torch.float32, torch.bfloat16):
-            for axis, s in ((None, scale[0]), (1, scale)):
-                want = (a.float() * (s if axis is None else s.reshape(1, -1, 1, 1))).to(dtype)
-                got = cpu.dequantize(a.clone(), s, axis, dtype)
+            for ax, s in ((None, scale[0]), (axis, scale)):
+                want = (a.float() * (s if ax is None else s.reshape(per_channel))).to(dtype)
+                got = cpu.dequantize(a.clone(), s, ax, dtype)
                 assert got.dtype == dtype and got.stride() == a.stride() and torch.equal(got, want)
     owned = acc.clone()
     out = cpu.dequantize(owned, 0.5, inplace=True)

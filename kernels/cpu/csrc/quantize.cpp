@@ -1034,9 +1034,41 @@ static inline uint16_t f32_to_bf16(float f) {
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+// acc * scale for one run of `len` elements that share the scale `sc`, at element offset i of both buffers.
+static inline void dequantize_run(const int32_t* acc, void* out, int out_bf16, int64_t i, int64_t len, float sc) {
+    int64_t j = i;
+    const int64_t end = i + len;
+#ifdef __AVX2__
+    const __m256 sv = _mm256_set1_ps(sc);
+    for (; j + 8 <= end; j += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + j))), sv);
+        if (!out_bf16) {
+            _mm256_storeu_ps(static_cast<float*>(out) + j, v);
+        } else {
+            alignas(32) float t[8];
+            _mm256_store_ps(t, v);
+            for (int l = 0; l < 8; ++l) static_cast<uint16_t*>(out)[j + l] = f32_to_bf16(t[l]);
+        }
+    }
+#endif
+    for (; j < end; ++j) {
+        const float v = (float)acc[j] * sc;
+        if (!out_bf16) static_cast<float*>(out)[j] = v;
+        else static_cast<uint16_t*>(out)[j] = f32_to_bf16(v);
+    }
+}
+
 static void dequantize_impl(const int32_t* acc, void* out, int out_bf16, int64_t outer, int64_t C, int64_t inner,
                             const float* scale, int per_channel) {
     const int64_t n = outer * C * inner;
+    if (per_channel && inner >= 64) {
+        // one run per (outer, channel) row with its scale: no division per vector (a weight gradient's
+        // per-output-channel scales, inner = Cin * prod(k); 5-8x the per-tensor time before, measured)
+        const int64_t rows = outer * C;
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
+        for (int64_t r = 0; r < rows; ++r) dequantize_run(acc, out, out_bf16, r * inner, inner, scale[r % C]);
+        return;
+    }
     const int64_t CH = 1 << 14;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN)
     for (int64_t i0 = 0; i0 < n; i0 += CH) {
