@@ -344,3 +344,20 @@ def test_depthwise_forward_takes_the_native_kernel_where_onednn_is_exact(monkeyp
     cpu.conv_input_grad(g, w, x.shape, 1, 1, 1, 24)
     cpu.conv_weight_grad(x, g, w.shape, 1, 1, 1, 24)
     assert calls == ["depthwise_forward", "depthwise_input_grad", "depthwise_weight_grad"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_absmax_of_a_large_tensor_anywhere_in_it(dtype):
+    # past the native code's parallel threshold, with a length that leaves a scalar tail: the maximum and a
+    # non-finite value at the start, in the middle (either thread's part), in the last vector and in the tail
+    n = 3 * 32768 + 29
+    for where in (0, n // 2 + 3, n - 40, n - 1):
+        x = (torch.rand(n, generator=torch.Generator().manual_seed(where)) - 0.5).to(dtype)
+        x[where] = -7.5
+        got = cpu.absmax(x)
+        assert got.item() == 7.5 and torch.equal(got, x.float().abs().max())
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            y = x.clone()
+            y[where] = bad
+            with pytest.raises(NonFiniteError):
+                cpu.absmax(y)

@@ -132,41 +132,51 @@ static inline void store8(int8_t* q, __m256 v) {
 // ------------------------------------------------------------------------------------------------------
 // reductions
 
+// max|x| as the largest magnitude bit pattern: for floats without their sign bit the integer order is the
+// float order, and NaN and +-Inf are the patterns from 0x7F800000 up, so one integer max per vector finds the
+// maximum and any non-finite value at once. Four independent accumulators: a single max chain (and a second
+// one for the non-finite check) held the loop to a vector every few cycles, 6x the time of torch's sum of the
+// same tensor (measured)
 template <int DT>
 static int absmax_impl(const void* x, int64_t n, float* out) {
-    float best = 0.0f;
-    int bad = 0;
-#pragma omp parallel reduction(max : best) reduction(| : bad) if (n >= PARALLEL_MIN)
+    constexpr uint32_t MAGNITUDE = 0x7FFFFFFFu, NONFINITE = 0x7F800000u;
+    uint32_t best = 0;
+#pragma omp parallel reduction(max : best) if (n >= PARALLEL_MIN)
     {
-        float m = 0.0f;
-        int b = 0;
+        uint32_t m = 0;
         int64_t i0 = 0;
 #ifdef __AVX2__
-        __m256 vm = _mm256_setzero_ps(), vb = _mm256_setzero_ps();
-        const int64_t nv = n / 8;
+        const __m256i mag = _mm256_set1_epi32((int)MAGNITUDE);
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        const int64_t nv = n / 32;
 #pragma omp for schedule(static) nowait
         for (int64_t v = 0; v < nv; ++v) {
-            const __m256 a = load8<DT>(x, 8 * v);
-            vb = _mm256_or_ps(vb, bad8(a));
-            vm = _mm256_max_ps(vm, abs8(a));
+            const int64_t i = 32 * v;
+            a0 = _mm256_max_epu32(a0, _mm256_and_si256(_mm256_castps_si256(load8<DT>(x, i)), mag));
+            a1 = _mm256_max_epu32(a1, _mm256_and_si256(_mm256_castps_si256(load8<DT>(x, i + 8)), mag));
+            a2 = _mm256_max_epu32(a2, _mm256_and_si256(_mm256_castps_si256(load8<DT>(x, i + 16)), mag));
+            a3 = _mm256_max_epu32(a3, _mm256_and_si256(_mm256_castps_si256(load8<DT>(x, i + 24)), mag));
         }
-        alignas(32) float t[8];
-        _mm256_store_ps(t, vm);
-        for (float e : t) m = std::fmax(m, e);
-        b |= _mm256_movemask_ps(vb) != 0;
-        i0 = nv * 8;
+        alignas(32) uint32_t t[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t), _mm256_max_epu32(_mm256_max_epu32(a0, a1), _mm256_max_epu32(a2, a3)));
+        for (uint32_t e : t) m = std::max(m, e);
+        i0 = nv * 32;
 #endif
 #pragma omp single nowait
         for (int64_t i = i0; i < n; ++i) {
             const float a = load1<DT>(x, i);
-            b |= nonfinite(a);
-            m = std::fmax(m, std::fabs(a));
+            uint32_t bits;
+            std::memcpy(&bits, &a, sizeof bits);
+            m = std::max(m, bits & MAGNITUDE);
         }
-        best = std::fmax(best, m);
-        bad |= b;
+        best = std::max(best, m);
     }
-    *out = bad ? std::numeric_limits<float>::quiet_NaN() : best;
-    return bad;
+    if (best >= NONFINITE) {
+        *out = std::numeric_limits<float>::quiet_NaN();
+        return 1;
+    }
+    std::memcpy(out, &best, sizeof best);
+    return 0;
 }
 
 // max|x|, the sum and the sum of squares of the contiguous run x[i0, i1); returns 1 on a NaN or an Inf
