@@ -204,8 +204,9 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
     if routes.native_depthwise(nd, groups, cin, cout):
         return native.depthwise_input_grad(gq, wq, input_shape, s, p, d)
     a, b = cin // groups, cout // groups
-    # transposed weight: per group (b, a, *k) -> (a, b, *k); flipping is done by the tap order below
-    wt = wq.reshape(groups, b, a, *k).transpose(1, 2).reshape(cin, b, *k)
+    # grouped: the transposed weight, per group (b, a, *k) -> (a, b, *k), flipped by the tap order below
+    # (ungrouped weights are built per phase by tap_major_transposed)
+    wt = None if groups == 1 else wq.reshape(groups, b, a, *k).transpose(1, 2).reshape(cin, b, *k)
     plans = [list(_phases(input_shape[2 + i], out[i], k[i], s[i], p[i], d[i])) for i in range(nd)]
     u8_cache: dict = {}  # g as uint8, converted once for all phases (if oneDNN runs)
     dx = None
