@@ -83,7 +83,9 @@ def train_one(model: str, method: str, seed: int, images: int, epochs: int, path
         result = classification.run(model, method, profile="embedded", seed=seed).to_dict()
     finally:
         classification.recipe = recipe
-    result.update(train_images=images, train_epochs=epochs, threads=torch.get_num_threads())
+    result.update(
+        train_images=images, train_epochs=epochs, threads=torch.get_num_threads(), commit=provenance.commit()
+    )
     write_file(path, json.dumps(result))
 
 
