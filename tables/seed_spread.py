@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         "--one", nargs=5, metavar=("MODEL", "METHOD", "SEED", "IMAGES", "EPOCHS"), help=argparse.SUPPRESS
     )
     a = p.parse_args(argv)
+    if a.jobs < 1:
+        p.error(f"--jobs takes a whole number of runs at a time, at least 1, got {a.jobs}")
     if a.one:
         model, method, seed, images, epochs = a.one
         seed, images, epochs = int(seed), int(images), int(epochs)
