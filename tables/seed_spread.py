@@ -8,8 +8,9 @@ differences, the 95% interval (tables.delta_interval) and the seeds a half-width
 Classification at the embedded profile (the stand-in data of its config) with the recipe's train_limit and
 epochs replaced, everything else the recipe's (the multistep milestones stay fractions of the run). Each
 run is one subprocess writing one JSON file into --out, so a killed study resumes where it stopped; the
-summary goes to <out>/seed-spread.md. A study tool for choosing the profile's size (docs/data.md), not a
-table: its runs are not table cells and do not enter the tables' cache.
+summary goes to <out>/seed-spread.md (--summarize: from the runs there, training nothing). A study tool
+for choosing the profile's size (docs/data.md), not a table: its runs are not table cells and do not
+enter the tables' cache.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=parse_seeds, default=[0, 1, 2])
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each")
     p.add_argument("--out", type=Path, default=Path("results/seed-spread"))
+    p.add_argument("--summarize", action="store_true", help="train nothing: summarize the runs in --out")
     p.add_argument(
         "--one", nargs=5, metavar=("MODEL", "METHOD", "SEED", "IMAGES", "EPOCHS"), help=argparse.SUPPRESS
     )
@@ -187,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in a.seeds
         for images, epochs in a.sizes
         for method in ["fp32", *a.methods]
-        if not run_path(a.out, a.model, method, seed, images, epochs).exists()
+        if not (a.summarize or run_path(a.out, a.model, method, seed, images, epochs).exists())
     ]
     failed = []
     with (
