@@ -1,6 +1,7 @@
 """How the seeds' spread of INT8 - FP32 shrinks with the training run's size: one network, several
 (training images x epochs) sizes, FP32 and INT8 at each seed, and per size the spread of the per-seed
-differences, the 95% interval (tables.delta_interval) and the seeds a half-width of 0.5 points would take.
+differences, the 95% interval (tables.delta_interval), the seeds a half-width of 0.5 points would take
+and their training iterations (what the interval costs at that size).
 
     python -m tables.seed_spread --model resnet18 --methods daiq --sizes 6400x2 6400x8 25600x2 \
         --seeds 0-5 --jobs 2 --out results/seed-spread
@@ -138,18 +139,20 @@ def markdown(rows: list[dict], header: str) -> str:
         header,
         "",
         "| model | method | images x epochs | iters | seeds | FP32 | INT8 | sd FP32 | sd INT8 | Δ | sd of Δ "
-        f"| 95% CI | half-width | test se | seeds for ±{TARGET} | ms/iter FP32 / INT8 |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| 95% CI | half-width | test se | seeds for ±{TARGET} | their iterations | ms/iter FP32 / INT8 |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lo, hi = r["delta"] - r["half_width"], r["delta"] + r["half_width"]
         test_se = "" if r["test_se"] is None else f"{r['test_se']:.2f}"
+        need = r["seeds_for_target"]
         lines.append(
             f"| {r['model']} | {r['method']} | {r['images']} x {r['epochs']} | {r['iters']} | {r['seeds']} "
             f"| {r['fp32']:.2f} | {r['int8']:.2f} | {r['fp32_sd']:.2f} | {r['int8_sd']:.2f} "
             f"| {r['delta']:+.2f} "
             f"| {r['delta_sd']:.2f} | [{lo:+.2f}, {hi:+.2f}] | {r['half_width']:.2f} | {test_se} "
-            f"| {r['seeds_for_target'] or 'more than 100'} | {r['ms_fp32']:.0f} / {r['ms_int8']:.0f} |"
+            f"| {need or 'more than 100'} | {'' if need is None else need * r['iters']} "
+            f"| {r['ms_fp32']:.0f} / {r['ms_int8']:.0f} |"
         )
     return "\n".join(lines) + "\n"
 
