@@ -216,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         f"# Seed spread of INT8 - FP32 by training size ({a.model}, embedded profile's stand-in data)\n\n"
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `python -m tables.seed_spread`, "
         f"at "
-        f"{provenance.line()}, on {device}, each run on 1 thread "
-        f"(ms/iter of a machine shared with the other runs). {len(records)} runs in {a.out}, trained at commit "
+        f"{provenance.line()}, on {device}, each run on 1 thread (ms/iter of a machine shared with the "
+        f"other runs). {len(records)} runs in {a.out}, trained at commit "
         f"{', '.join(sorted({str(r.get('commit', 'unknown')) for r in records}))}."
     )
     text = markdown(summarize(records), header)
