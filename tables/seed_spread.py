@@ -98,9 +98,11 @@ def summarize(records: list[dict]) -> list[dict]:
         runs[(r["model"], r["train_images"], r["train_epochs"], r["method"])][r["seed"]] = r
     rows = []
     for (model, images, epochs, method), int8 in sorted(runs.items()):
+        if method == "fp32":
+            continue
         fp32 = runs.get((model, images, epochs, "fp32"), {})
         seeds = sorted(s for s in set(int8) & set(fp32) if not (int8[s]["diverged"] or fp32[s]["diverged"]))
-        if method == "fp32" or len(seeds) < 2:
+        if len(seeds) < 2:
             continue
         f, q = [fp32[s]["top1"] for s in seeds], [int8[s]["top1"] for s in seeds]
         diffs = [b - a for a, b in zip(f, q, strict=True)]
@@ -215,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"# Seed spread of INT8 - FP32 by training size ({a.model}, embedded profile's stand-in data)\n\n"
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `python -m tables.seed_spread`, "
-        f"at "
-        f"{provenance.line()}, on {device}, each run on 1 thread (ms/iter of a machine shared with the "
+        f"at {provenance.line()}, on {device}, each run on 1 thread (ms/iter of a machine shared with the "
         f"other runs). {len(records)} runs in {a.out}, trained at commit "
         f"{', '.join(sorted({str(r.get('commit', 'unknown')) for r in records}))}."
     )

@@ -57,12 +57,21 @@ def test_a_run_trains_the_embedded_recipe_at_the_asked_size_and_leaves_the_recip
         def to_dict(self):
             return dict(model="resnet18", method="daiq", seed=3)
 
-    def run(model, method, profile, seed):
-        seen.update(classification.recipe(model, profile, "imagenet"), profile=profile, seed=seed)
+    def run_top1(spec, build_config, **_):
+        # the task's own run and build_config, stopped where the harness would train the config
+        cfg = build_config(**spec.run_arguments(), work_dir=None)
+        seen.update(
+            train_limit=cfg["train_dataloader"]["dataset"]["limit"],
+            epochs=cfg["train_cfg"]["max_epochs"],
+            val_interval=cfg["train_cfg"]["val_interval"],
+            lr=cfg["optim_wrapper"]["optimizer"]["lr"],
+            profile=spec.profile,
+            seed=spec.seed,
+        )
         return Result()
 
     before = classification.recipe
-    monkeypatch.setattr(classification, "run", run)
+    monkeypatch.setattr(classification, "run_top1", run_top1)
     path = tmp_path / "run.json"
     seed_spread.train_one("resnet18", "daiq", 3, 12800, 4, path)
     assert (seen["train_limit"], seen["epochs"], seen["val_interval"]) == (12800, 4, 4)
