@@ -37,6 +37,7 @@ from kernels.bench.devices import describe, label
 from repro.recorder import load
 from tables import provenance
 from tables.cells import Claim, normalize_options
+from tables.figures.run_order import longest_first
 from tables.render import describe_dataset
 from tasks import classification, recipe_version
 
@@ -299,7 +300,7 @@ def ensure(
     progress: bool = True,
     verbose: bool = False,
 ) -> dict[str, RecordedRun]:
-    """The runs `names` at `profile`, training (one after another) those not cached yet."""
+    """The runs `names` at `profile`, training (one after another, the longest first) those not cached yet."""
     root = Path(results_dir) / "figures" / "runs"
     names = list(dict.fromkeys(names))
     unknown = [n for n in names if n not in RUNS]
@@ -310,7 +311,7 @@ def ensure(
     for n in names:
         if not (folders[n] / "result.json").exists():
             todo.setdefault(folders[n], n)
-    todo = list(todo.values())
+    todo = longest_first(todo.values(), RUNS, profile)  # a long run taken last leaves one process alone
     bar = tqdm(
         total=len(names),
         initial=len(names) - len(todo),
