@@ -41,6 +41,7 @@ from tables.cells import Cache, Cell, CellClaim, row_blocker
 from tables.shared_training import SharedTraining
 from tables.spec import Row, Spec
 from tables.specs import get_spec
+from tables.time_left import seconds_left
 from tasks import PROFILES
 from tasks.bad_data import one_line_error
 from tasks.datasets import DatasetNotFoundError
@@ -231,6 +232,8 @@ def run_cells(
         disable=not progress,
         file=sys.stderr,
         dynamic_ncols=True,
+        # the time left is the postfix's (tables.time_left), not tqdm's mean time a cell
+        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
     )
     session = _Session(plan, cache, runner, work_root, log_root, bar, dict(runner_options or {}), shared)
     try:
@@ -287,7 +290,7 @@ class _Session:
             if known is not None:
                 outcomes[cell.key] = known
             else:
-                self.bar.set_postfix_str(cell.describe(), refresh=True)
+                self.bar.set_postfix_str(cell.describe() + self.time_left(outcomes), refresh=True)
                 outcomes[cell.key] = self.run(cell)
             cached = outcomes[cell.key].error is None
             self.bar.update(1)
@@ -298,6 +301,19 @@ class _Session:
         finally:
             claim.release(remove=cached or stopped)
         return True
+
+    def time_left(self, outcomes: dict[str, Outcome]) -> str:
+        """', about H:MM:SS left' at the start of a cell (its own included), from the cells timed so far
+        (this process's and, read from the cache, the other processes'); '' before any is timed."""
+        timed, pending = {}, []
+        for cell in self.plan.cells:
+            outcome = outcomes.get(cell.key) or known_outcome(self.cache, cell, self.shared)
+            if outcome is None:
+                pending.append(cell)
+            elif outcome.elapsed_s and not outcome.shared_from:
+                timed[cell] = outcome.elapsed_s
+        left = seconds_left(pending, timed, ran_with()["jobs"])
+        return "" if left is None else f", about {tqdm.format_interval(left)} left"
 
     def run(self, cell: Cell) -> Outcome:
         metric = self.plan.spec.metric

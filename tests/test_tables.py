@@ -553,6 +553,8 @@ def test_progress_bar_shows_cells_and_the_current_one(tmp_path, capsys):
     generate("table2", profile="smoke", seeds=1, results_dir=tmp_path, runner=FakeRunner(), progress=True)
     err = capsys.readouterr().err
     assert "table2" in err and "5/5" in err and "resnet18/daiq-mcs seed 0" in err
+    # from the second cell on, the time left from the cells timed so far (tables.time_left)
+    assert "left" not in err.split("seed 0")[0] and "left]" in err
 
 
 def test_cli_ctrl_c_keeps_the_cache_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
