@@ -311,7 +311,8 @@ class _Session:
             if outcome is None:
                 pending.append(cell)
             elif outcome.elapsed_s and not outcome.shared_from:
-                timed[cell] = outcome.elapsed_s
+                # CPU time where smaller: a pause (SIGSTOP) inflates the wall time, not it
+                timed[cell] = min(outcome.elapsed_s, outcome.cpu_s or outcome.elapsed_s)
         left = seconds_left(pending, timed, ran_with()["jobs"])
         return "" if left is None else f", about {tqdm.format_interval(left)} left"
 
