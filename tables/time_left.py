@@ -2,7 +2,9 @@
 cell so far) swings with the order the cells come in: in DAIQ Table 4 an AlexNet cell takes a minute and an
 InceptionV3 cell several, so it said 2 hours or 4 over one run. Here a cell not yet run is expected to take
 what the same row's cells took at other seeds, else what its network's cells took, else the table's mean;
-the sum is shared by the processes that share the cells (`make NAME JOBS=n`).
+the sum is shared by the processes that share the cells (`make NAME JOBS=n`). A figure's runs repeat no row,
+so each is counted at its estimated work (tables.figures.run_order) times the seconds a unit of work took in
+the runs timed so far.
 """
 
 from __future__ import annotations
@@ -34,3 +36,14 @@ def seconds_left(pending: Iterable[Cell], timed: Mapping[Cell, float], jobs: int
         alike = by_row.get(_row(cell)) or by_model.get((cell.task, cell.model))
         work += fmean(alike) if alike else mean
     return work / max(1, jobs)
+
+
+def seconds_left_by_work(
+    pending: Iterable[float], timed: Iterable[tuple[float, float]], jobs: int = 1
+) -> float | None:
+    """Seconds until runs of estimated work `pending` are done, `timed` the (work, seconds) of runs so far."""
+    timed = list(timed)
+    work = sum(w for w, _ in timed)
+    if work <= 0:
+        return None
+    return sum(pending) * sum(s for _, s in timed) / work / max(1, jobs)

@@ -33,3 +33,12 @@ def test_else_its_network_else_the_mean_and_the_processes_share_it():
 def test_nothing_timed_says_nothing():
     assert seconds_left([cell("alexnet")], {}) is None
     assert seconds_left([], {cell("alexnet"): 60.0}) == 0.0
+
+
+def test_a_figure_run_takes_its_work_at_the_seconds_a_unit_took():
+    from tables.time_left import seconds_left_by_work
+
+    # two runs timed: 10 units in 100 s, 30 units in 200 s: 7.5 s a unit
+    assert seconds_left_by_work([20.0, 4.0], [(10.0, 100.0), (30.0, 200.0)]) == pytest.approx(180.0)
+    assert seconds_left_by_work([20.0], [(10.0, 100.0)], jobs=2) == pytest.approx(100.0)
+    assert seconds_left_by_work([20.0], []) is None

@@ -37,8 +37,10 @@ from kernels.bench.devices import describe, label
 from repro.recorder import load
 from tables import provenance
 from tables.cells import Claim, normalize_options
-from tables.figures.run_order import longest_first
+from tables.figures.run_order import estimated_work, longest_first
+from tables.generate import ran_with
 from tables.render import describe_dataset
+from tables.time_left import seconds_left_by_work
 from tasks import classification, recipe_version
 
 SCHEMA = 1
@@ -320,20 +322,51 @@ def ensure(
         disable=not progress or not todo,
         file=sys.stderr,
         dynamic_ncols=True,
+        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",  # the time left is the postfix's
     )
+    trains = {f: n for n, f in reversed(folders.items())}  # one name a folder
+
+    def postfix(name: str) -> str:
+        return name + time_left(trains, profile)
+
     try:
         # first the runs no other process is training, then (waiting for each claim) those it was
         deferred = [n for n in todo if not _train_claimed(n, folders[n], profile, data_root, results_dir,
-                                                          verbose, bar, wait=False)]  # fmt: skip
+                                                          verbose, bar, postfix, wait=False)]  # fmt: skip
         for name in deferred:
-            _train_claimed(name, folders[name], profile, data_root, results_dir, verbose, bar, wait=True)
+            _train_claimed(
+                name, folders[name], profile, data_root, results_dir, verbose, bar, postfix, wait=True
+            )
     finally:
         bar.close()
     return {n: read(root, RUNS[n], profile, data_root) for n in names}
 
 
+def time_left(trains: dict[Path, str], profile: str) -> str:
+    """', about H:MM:SS left' for the runs not yet recorded (the one starting included), from the recorded
+    runs' times (tables.time_left); '' before any is recorded."""
+    pending, timed = [], []
+    for folder, name in trains.items():
+        work = estimated_work(RUNS[name], profile)
+        result = folder / "result.json"
+        if not result.exists():
+            pending.append(work)
+        elif seconds := json.loads(result.read_text()).get("meta", {}).get("elapsed_s"):
+            timed.append((work, seconds))
+    left = seconds_left_by_work(pending, timed, ran_with()["jobs"])
+    return "" if left is None else f", about {tqdm.format_interval(left)} left"
+
+
 def _train_claimed(
-    name: str, folder: Path, profile: str, data_root: str | None, results_dir, verbose: bool, bar, wait: bool
+    name: str,
+    folder: Path,
+    profile: str,
+    data_root: str | None,
+    results_dir,
+    verbose: bool,
+    bar,
+    postfix,
+    wait: bool,
 ) -> bool:
     """Train run `name` under its claim unless another process has it done; False (without waiting)
     when another process holds the claim and `wait` is False."""
@@ -342,7 +375,7 @@ def _train_claimed(
         return False
     try:
         if not (folder / "result.json").exists():  # another process may have trained it meanwhile
-            bar.set_postfix_str(name, refresh=True)
+            bar.set_postfix_str(postfix(name), refresh=True)
             log = None if verbose else Path(results_dir) / "figures" / "logs" / f"{name}-{profile}.log"
             train(RUNS[name], profile, folder, data_root, log)
         bar.update(1)
