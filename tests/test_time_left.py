@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tables.cells import Cell
-from tables.time_left import seconds_left
+from tables.time_left import seconds_left, seconds_left_by_work
 
 
 def cell(model, method="fp32", seed=0):
@@ -36,8 +36,6 @@ def test_nothing_timed_says_nothing():
 
 
 def test_a_figure_run_takes_its_work_at_the_seconds_a_unit_took():
-    from tables.time_left import seconds_left_by_work
-
     # two runs timed: 10 units in 100 s, 30 units in 200 s: 7.5 s a unit
     assert seconds_left_by_work([20.0, 4.0], [(10.0, 100.0), (30.0, 200.0)]) == pytest.approx(180.0)
     assert seconds_left_by_work([20.0], [(10.0, 100.0)], jobs=2) == pytest.approx(100.0)
