@@ -305,11 +305,14 @@ class _Session:
     def time_left(self, outcomes: dict[str, Outcome]) -> str:
         """', about H:MM:SS left' at the start of a cell (its own included), from the cells timed so far
         (this process's and, read from the cache, the other processes'); '' before any is timed."""
-        timed, pending = {}, []
+        timed, pending, counted = {}, [], set()
         for cell in self.plan.cells:
             outcome = outcomes.get(cell.key) or known_outcome(self.cache, cell, self.shared)
             if outcome is None:
-                pending.append(cell)
+                twins = {twin.key for twin in self.shared.twins(cell)} if self.shared else set()
+                if not twins & counted:  # one training serves the cell and its twins (tables.shared_training)
+                    pending.append(cell)
+                counted.add(cell.key)
             elif outcome.elapsed_s and not outcome.shared_from:
                 # CPU time where smaller: a pause (SIGSTOP) inflates the wall time, not it
                 timed[cell] = min(outcome.elapsed_s, outcome.cpu_s or outcome.elapsed_s)

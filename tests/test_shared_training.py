@@ -91,6 +91,29 @@ def test_a_cell_waits_while_another_process_trains_its_twin(tmp_path):
     assert not session.twins_running(voc, wait=False)
 
 
+def test_the_time_left_counts_one_training_for_a_cell_and_its_twin(tmp_path, monkeypatch):
+    import tables.generate
+
+    shared = SharedTraining.of_task("detection")
+    out = run_table5(tmp_path, FakeDetector())
+    cache = Cache(tmp_path / "cache")
+    trained = [c for c in out.plan.cells if cache.path(c).exists()]
+    assert len(trained) == 6  # the COCO cells; their VOC twins are scored from them
+    for cell in trained[1:]:
+        cache.path(cell).unlink()
+    seen = {}
+
+    def seconds_left(pending, timed, jobs):
+        seen.update(pending=list(pending))
+        return 60.0
+
+    monkeypatch.setattr(tables.generate, "seconds_left", seconds_left)
+    session = _Session(out.plan, cache, FakeDetector(), tmp_path / "work", None, None, {}, shared)
+    assert session.time_left({}) == ", about 01:00 left"
+    # 10 cells not yet known, 5 trainings: each COCO cell's VOC twin costs nothing more
+    assert len(seen["pending"]) == 5
+
+
 @pytest.mark.parametrize(
     ("model", "profile", "dataset", "twins"),
     [
