@@ -290,7 +290,8 @@ class _Session:
             if known is not None:
                 outcomes[cell.key] = known
             else:
-                self.bar.set_postfix_str(cell.describe() + self.time_left(outcomes), refresh=True)
+                left = "" if self.bar.disable else self.time_left(outcomes)  # reads the cache: only for a bar
+                self.bar.set_postfix_str(cell.describe() + left, refresh=True)
                 outcomes[cell.key] = self.run(cell)
             cached = outcomes[cell.key].error is None
             self.bar.update(1)

@@ -327,7 +327,8 @@ def ensure(
     trains = {f: n for n, f in reversed(folders.items())}  # one name a folder
 
     def postfix(name: str) -> str:
-        return name + time_left(trains, profile)
+        # reads every recorded run's result: only for a bar that shows it
+        return name if bar.disable else name + time_left(trains, profile)
 
     try:
         # first the runs no other process is training, then (waiting for each claim) those it was
