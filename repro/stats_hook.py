@@ -8,6 +8,7 @@ training curves of a run without changing it:
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from mmengine.registry import HOOKS
 from repro.layers import layer_quantizers, quantized_layers
 from repro.lr_scaling import layer_lr_factors
 from repro.recorder import StatsRecorder
+
+STATE_KEY = "repro_stats"  # under the checkpoint's meta
 
 
 @HOOKS.register_module()
@@ -33,6 +36,7 @@ class StatsRecorderHook(Hook):
     layer's method state are restored and the model goes back to training mode, so the run trains as
     without the hook. With `out`, records.json (the records and the curves) and samples.npz are written
     there after the run, and also when it stops on an exception (a diverged run keeps what led to it).
+    What it has recorded goes into the run's checkpoints, so a run resumed from one records the whole run.
     """
 
     priority = "NORMAL"
@@ -101,6 +105,22 @@ class StatsRecorderHook(Hook):
         if metrics:
             scalars = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
             self.curves["val"].append({"iteration": runner.iter, "epoch": runner.epoch, **scalars})
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        # JSON text and tensors: what a weights_only load accepts
+        checkpoint.setdefault("meta", {})[STATE_KEY] = {
+            "records": json.dumps(self.recorder.records),
+            "samples": {k: torch.tensor(v) for k, v in self.recorder.samples.items()},
+            "curves": json.dumps(self.curves),
+        }
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        state = (checkpoint.get("meta") or {}).get(STATE_KEY)
+        if state is None or self.recorder is None:  # a checkpoint of a run without the hook, or a load_from
+            return
+        self.recorder.records = json.loads(state["records"])
+        self.recorder.samples = {k: v.numpy() for k, v in state["samples"].items()}
+        self.curves = json.loads(state["curves"])
 
     def after_run(self, runner) -> None:
         if self.out is not None:

@@ -3,9 +3,10 @@
     repro figure ui8-figure3 [--profile embedded] [--results-dir results] [--data-root D]
     repro figure all
 
-Trains the recorded runs a figure needs that are not cached (results/figures/runs/; a killed run is
-started again, finished ones are kept) and writes results/figures/<name>.png and .csv. Exit status: 0
-written, 1 a figure failed, 2 bad arguments, 130 interrupted.
+Trains the recorded runs a figure needs that are not cached (results/figures/runs/; a killed run
+resumes from its last checkpoint in results/figures/work/, finished ones are kept) and writes
+results/figures/<name>.png and .csv. Exit status: 0 written, 1 a figure failed, 2 bad arguments, 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ def cmd_figure(args) -> int:
 
 def _interrupted(args) -> int:
     print(
-        f"\ninterrupted: finished runs are cached under {args.results_dir}/figures/runs; "
-        "run the same command again to go on",
+        f"\ninterrupted: finished runs are cached under {args.results_dir}/figures/runs, unfinished ones "
+        f"keep their checkpoints under {args.results_dir}/figures/work; run the same command again to go on",
         file=sys.stderr,
     )
     return 130

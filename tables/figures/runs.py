@@ -10,6 +10,8 @@ records.json (the recorder's records and the curves) and samples.npz. The tables
 written: the recorder's work falls inside the timed training steps, so the run's ms/iter is not a cell's.
 A process trains a run only while it holds the run's claim (tables.cells.Claim, <folder>.lock), so
 processes on one results directory (`make figures JOBS=2`) share the runs out, as the tables' cells.
+A run trains in results/figures/work/<run> (its checkpoints, and in them what it has recorded) until its
+folder is written: a killed run resumes where its last checkpoint left it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import hashlib
 import json
 import shutil
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Mapping
@@ -385,46 +386,54 @@ def _train_claimed(
     return True
 
 
+def work_dir(folder: Path) -> Path:
+    """Where a run trains: results/figures/work/<run>, kept until its folder is written, so that a killed
+    run resumes from its checkpoints there (its recorded statistics and curves in them too)."""
+    return folder.parent.parent / "work" / folder.name
+
+
 def train(spec: RunSpec, profile: str, folder: Path, data_root: str | None, log: Path | None) -> None:
-    """Train `spec` with the recorder attached and write its folder (atomically)."""
+    """Train `spec` with the recorder attached and write its folder (atomically). `elapsed_s` is this
+    process's part of the run: a resumed run's counts from its resumption."""
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="repro-figure-run-") as work:
-        out = Path(work) / "stats"
-        hook = {**spec.hook(profile), "out": str(out)}
-        cfg_options = {**spec.cfg_options(profile), "default_hooks": {"stats": hook}}
-        with _logged(log):
-            result = classification.run(
-                spec.model,
-                spec.method,
-                profile=profile,
-                seed=spec.seed,
-                method_options=dict(spec.options),
-                paper_dataset=spec.paper_dataset,
-                data_root=data_root,
-                work_dir=str(Path(work) / "run"),
-                cfg_options=cfg_options,
-            )
-        recipe = spec.recipe(profile)
-        meta = {
-            "spec": asdict(spec),
-            "profile": profile,
-            "device": label(describe(torch.device("cpu"))),
-            "batch_size": batch_size(recipe["batch_size"], spec.batch_factor),
-            "lr": recipe["lr"] * spec.lr_factor,
-            "elapsed_s": round(time.perf_counter() - start, 1),
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "trained_at": provenance.as_dict(),
-        }
-        body = {"result": result.to_dict(), "meta": meta}
+    work = work_dir(folder)
+    out = work / "stats"
+    hook = {**spec.hook(profile), "out": str(out)}
+    cfg_options = {**spec.cfg_options(profile), "default_hooks": {"stats": hook}}
+    with _logged(log):
+        result = classification.run(
+            spec.model,
+            spec.method,
+            profile=profile,
+            seed=spec.seed,
+            method_options=dict(spec.options),
+            paper_dataset=spec.paper_dataset,
+            data_root=data_root,
+            work_dir=str(work / "run"),
+            cfg_options=cfg_options,
+        )
+    recipe = spec.recipe(profile)
+    meta = {
+        "spec": asdict(spec),
+        "profile": profile,
+        "device": label(describe(torch.device("cpu"))),
+        "batch_size": batch_size(recipe["batch_size"], spec.batch_factor),
+        "lr": recipe["lr"] * spec.lr_factor,
+        "elapsed_s": round(time.perf_counter() - start, 1),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "trained_at": provenance.as_dict(),
+    }
+    body = {"result": result.to_dict(), "meta": meta}
 
-        def fill(tmp: Path) -> None:
-            for name in ("records.json", "samples.npz"):
-                shutil.copy(out / name, tmp / name)
-            (tmp / "result.json").write_text(json.dumps(body, indent=1, default=str))
+    def fill(tmp: Path) -> None:
+        for name in ("records.json", "samples.npz"):
+            shutil.copy(out / name, tmp / name)
+        (tmp / "result.json").write_text(json.dumps(body, indent=1, default=str))
 
-        if folder.exists() and not (folder / "result.json").exists():
-            shutil.rmtree(folder)  # a folder without its result is not ours to trust
-        write_folder(folder, fill)
+    if folder.exists() and not (folder / "result.json").exists():
+        shutil.rmtree(folder)  # a folder without its result is not ours to trust
+    write_folder(folder, fill)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 @contextlib.contextmanager
