@@ -44,7 +44,10 @@ def test_a_killed_figure_run_resumes_and_records_the_whole_run(tmp_path, monkeyp
     assert list((work / "run").glob("epoch_*.pth"))
     monkeypatch.setattr(top1.CrossEntropyClassifier, "forward", real)
 
+    log = results / "figures" / "logs" / f"{NAME}-smoke.log"
+    killed_log = log.read_text()
     runs.ensure([NAME], "smoke", results, progress=False)
+    assert killed_log and log.read_text().startswith(killed_log) and len(log.read_text()) > len(killed_log)
     resumed, body, samples = _trained(results)
     assert resumed["resumed_from"] and not work.exists()
     assert whole_body["records"] and whole_body["curves"]["val"]

@@ -400,7 +400,7 @@ def train(spec: RunSpec, profile: str, folder: Path, data_root: str | None, log:
     out = work / "stats"
     hook = {**spec.hook(profile), "out": str(out)}
     cfg_options = {**spec.cfg_options(profile), "default_hooks": {"stats": hook}}
-    with _logged(log):
+    with _logged(log, append=(work / "run").exists()):  # a resumed run's log goes on
         result = classification.run(
             spec.model,
             spec.method,
@@ -437,13 +437,17 @@ def train(spec: RunSpec, profile: str, folder: Path, data_root: str | None, log:
 
 
 @contextlib.contextmanager
-def _logged(log: Path | None):
+def _logged(log: Path | None, append: bool = False):
     """A run's stdout and warnings go to `log` (the progress bar stays readable); None: the terminal."""
     if log is None:
         yield
         return
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w", buffering=1) as stream, contextlib.redirect_stdout(stream), warnings.catch_warnings():
+    with (
+        open(log, "a" if append else "w", buffering=1) as stream,
+        contextlib.redirect_stdout(stream),
+        warnings.catch_warnings(),
+    ):
         warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: stream.write(
             warnings.formatwarning(message, category, filename, lineno, line)
         )
