@@ -4,6 +4,9 @@ Each is written under a temporary name in its destination's folder, then renamed
 killed run leaves neither half a file nor half a dataset behind. Here, on the ground floor, so that
 every floor shares one: the compiled-kernel cache, the embedded-data cache (tasks), and the table
 cells and outputs (tables).
+
+Both keep the mode a plain `open` or `mkdir` would give under the user's umask (mkstemp and mkdtemp make
+them private, 0600 and 0700), so the rest of a group can read results on a shared filesystem.
 """
 
 from __future__ import annotations
@@ -15,11 +18,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (/proc), else set and reset."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
     """Write `data` (text or bytes) to `path` via a temporary file and os.replace; its folder must exist."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
             f.write(data)
             f.flush()
@@ -41,6 +59,7 @@ def write_folder(path: str | os.PathLike, fill: Callable[[Path], object]) -> boo
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
+        tmp.chmod(0o777 & ~umask())
         fill(tmp)
         try:
             os.rename(tmp, path)
