@@ -15,11 +15,14 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from tqdm.auto import tqdm
 
 from atomic_files import write_file
 from repro.methods import METHODS
@@ -136,17 +139,36 @@ class Cache:
         return self.root / f"{cell.key}.json"
 
     def load(self, cell: Cell) -> dict[str, Any] | None:
-        """The cached entry ({"cell", "result", ...}) or None. An unreadable file counts as missing."""
+        """The cached entry ({"cell", "result", ...}) or None. A file that cannot be read as this cell's
+        entry is named in one warning line and moved aside (kept for a person to look at), and the cell
+        counts as missing, so it is trained again."""
         path = self.path(cell)
         try:
             entry = json.loads(path.read_text())
         except FileNotFoundError:
             return None
-        except (OSError, ValueError):
-            return None
-        if entry.get("schema") != SCHEMA or entry.get("cell") != cell.config():
-            return None
+        except (OSError, ValueError) as err:
+            return self._set_aside(path, f"unreadable ({type(err).__name__}: {str(err)[:80]})")
+        if not isinstance(entry, dict) or not isinstance(entry.get("result"), dict):
+            return self._set_aside(path, "not a cell entry (no result)")
+        if entry.get("schema") != SCHEMA:
+            return self._set_aside(path, f"of schema {entry.get('schema')!r}, this code reads {SCHEMA}")
+        if entry.get("cell") != cell.config():
+            return self._set_aside(path, "of another configuration than its name says")
         return entry
+
+    @staticmethod
+    def _set_aside(path: Path, why: str) -> None:
+        aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return None  # another process sharing this cache moved it aside first, and said so
+        tqdm.write(
+            f"warning: cache entry {path} is {why}: moved to {aside.name}; its cell will be trained again",
+            file=sys.stderr,
+        )
+        return None
 
     def store(
         self,

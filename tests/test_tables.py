@@ -694,6 +694,34 @@ def test_cached_only_writes_what_the_cache_holds_and_trains_nothing(tmp_path):
     assert repro_main(["table", "table7", "--cached-only"]) == 2
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda text: text[: len(text) // 2],
+        lambda text: "[]",
+        lambda text: text.replace('"schema": 1', '"schema": 0'),
+    ],
+    ids=["truncated", "not-an-entry", "old-schema"],
+)
+def test_a_bad_cache_entry_is_named_moved_aside_and_its_cell_trained_again(tmp_path, capsys, damage):
+    """Issue 61: a truncated file under results/cache was retrained (or shown pending) without a word."""
+    run_table("table2", tmp_path, FakeRunner(), seeds=1)
+    bad = sorted((tmp_path / "cache").glob("*.json"))[0]
+    text = bad.read_text()
+    bad.write_text(damage(text))
+    capsys.readouterr()
+    idle = FakeRunner()
+    out = run_table("table2", tmp_path, idle, seeds=1, cached_only=True)
+    warned = [line for line in capsys.readouterr().err.splitlines() if str(bad) in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: cache entry") and out.cached == 4
+    aside = [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(bad.name + ".bad-")]
+    assert len(aside) == 1 and aside[0].read_text() == damage(text)  # kept for a person, not deleted
+    assert not bad.exists() and idle.calls == []
+    again = FakeRunner()
+    out = run_table("table2", tmp_path, again, seeds=1)
+    assert len(again.calls) == 1 and out.ran == 1 and json.loads(bad.read_text())["key"] == bad.stem
+
+
 def test_keep_copies_a_figure_with_its_data_and_metadata(tmp_path):
     from tables import keep
 
