@@ -128,9 +128,10 @@ PROFILE   ?= embedded
 SEEDS     ?=
 DATA_ROOT ?=
 RESULTS   ?= results
-# Speed tables (DAIQ Table 7, UI8 Tables 10 and 2): ResNet-50 training steps timed side by side on
-# DEVICE (cuda when present); BATCH, SIZE and ROUNDS override the profile's defaults (the paper's batch 64
-# at 224 px on a GPU, batch 16 on the CPU). PROFILE=smoke times a tiny step in seconds.
+# DEVICE=cuda|cpu: where every table's cells and every figure's runs train (default: cuda when present;
+# cuda without a GPU stops with one line, exit 2). Speed tables (DAIQ Table 7, UI8 Tables 10 and 2):
+# ResNet-50 training steps timed side by side on DEVICE; BATCH, SIZE and ROUNDS override the profile's
+# defaults (the paper's batch 64 at 224 px on a GPU, batch 16 on the CPU). PROFILE=smoke times a tiny step in seconds.
 SPEED_TABLES := table7 ui8-table10 ui8-table2
 DEVICE ?=
 BATCH  ?=
@@ -141,7 +142,8 @@ TABLES    := table1 table2 table3 table4 table6 ui8-table3 ui8-table4 ui8-table5
 # Video (DAIQ Table 6) takes the profile's seeds (embedded: 3, about 16 minutes a seed): its rows are
 # part of the close-to-FP32 claim, which needs each row's interval.
 TABLE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
-             $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) $(if $(COMPILE),--compile)
+             $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) $(if $(COMPILE),--compile) \
+             $(if $(DEVICE),--device $(DEVICE))
 SPEED_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DEVICE),--device $(DEVICE)) \
              $(if $(BATCH),--batch $(BATCH)) $(if $(SIZE),--size $(SIZE)) $(if $(ROUNDS),--rounds $(ROUNDS)) \
              $(if $(COMPILE),--compile)
@@ -195,7 +197,8 @@ FIGURES := ui8-table1 ui8-figure2 ui8-figure3 ui8-figure4 ui8-figure6 \
            ui8-supplement-figure1 ui8-supplement-figure2 ui8-supplement-figure3 \
            daiq-figure1 daiq-figure3 \
            wageubn-figure6 wageubn-figure7 wageubn-figure8 wageubn-figure9 wageubn-figure10
-FIGURE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DATA_ROOT),--data-root $(DATA_ROOT))
+FIGURE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) \
+              $(if $(DEVICE),--device $(DEVICE))
 
 .PHONY: figures $(FIGURES)
 

@@ -1,6 +1,7 @@
 """`repro table NAME`: regenerate one paper table (see tables.generate).
 
     repro table table4 [--profile embedded] [--seeds N] [--data-root D] [--results-dir results]
+                       [--device cuda|cpu]
     repro table table7 [--device cuda|cpu] [--batch 64] [--size 224] [--rounds R]
 
 NAME is the make-target name: table1..table7 (DAIQ's numbering), ui8-table2..ui8-table10,
@@ -19,6 +20,7 @@ import sys
 from tables.generate import DEFAULT_SEEDS
 from tables.specs import SPEED_SPECS, list_tables
 from tasks import PROFILES
+from tasks.device_choice import use_device
 
 
 def add_table_parser(subparsers) -> argparse.ArgumentParser:
@@ -45,8 +47,13 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         help="cells skip unreadable images and frames instead of failing (each cell's result lists them)",
     )
+    p.add_argument(
+        "--device",
+        default=None,
+        help="cuda or cpu: where the cells train or the steps are timed (default: cuda when present); "
+        "cuda without a GPU is an error",
+    )
     speed = p.add_argument_group("speed tables (table7, ui8-table10, ui8-table2)")
-    speed.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     speed.add_argument("--batch", type=int, default=None, help="batch size (default: 64; 16 on the CPU)")
     speed.add_argument("--size", type=int, default=None, help="input resolution (default: 224)")
     speed.add_argument("--rounds", type=int, default=None, help="timed rounds (default per profile)")
@@ -77,7 +84,7 @@ def cmd_table(args) -> int:
     if args.name not in list_tables():
         print(f"error: unknown table {args.name!r}; choose from {', '.join(list_tables())}", file=sys.stderr)
         return 2
-    speed_only = [f"--{a}" for a in ("device", "batch", "size", "rounds") if getattr(args, a) is not None]
+    speed_only = [f"--{a}" for a in ("batch", "size", "rounds") if getattr(args, a) is not None]
     if speed_only and args.name not in SPEED_SPECS:
         print(f"error: {', '.join(speed_only)} applies to the speed tables only", file=sys.stderr)
         return 2
@@ -95,7 +102,10 @@ def cmd_table(args) -> int:
             )
             return 2
         return _speed_table(args)
+    use_device(args.device)  # a ValueError (one line, exit 2) where the device is not here
     command = f"repro table {args.name} --profile {args.profile}"
+    if args.device:
+        command += f" --device {args.device}"
     if args.seeds is not None:
         command += f" --seeds {args.seeds}"
     if args.data_root:
@@ -183,6 +193,9 @@ def _speed_table(args) -> int:
 
 def main(argv=None) -> int:
     """Stand-alone entry (`python -m tables.cli table4`), the same as `repro table`."""
+    from repro.third_party_warnings import filter_known
+
+    filter_known()
     parser = argparse.ArgumentParser(prog="repro")
     sub = parser.add_subparsers(dest="command", required=True)
     add_table_parser(sub)

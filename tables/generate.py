@@ -45,6 +45,7 @@ from tables.time_left import seconds_left
 from tasks import PROFILES
 from tasks.bad_data import one_line_error
 from tasks.datasets import DatasetNotFoundError
+from tasks.device_choice import trained_on
 
 DEFAULT_SEEDS = {"smoke": 1, "embedded": 3, "paper": 1}
 
@@ -91,7 +92,7 @@ class Outcome:
     # its process's CPU time over the same span: unlike elapsed_s, not inflated by other processes on the
     # machine or a pause (SIGSTOP); None for cells cached before it was recorded
     cpu_s: float | None = None
-    ran_with: dict[str, int] | None = None  # ran_with() when it ran; None: not recorded (older cells)
+    ran_with: dict[str, Any] | None = None  # ran_with() when it ran; None: not recorded (older cells)
     # the key of the cell whose training this cell's result is, scored for this cell (tables.shared_training);
     # its own elapsed_s and cpu_s are then 0: the training is counted once, in that cell
     shared_from: str | None = None
@@ -100,9 +101,14 @@ class Outcome:
 JOBS_ENV = "REPRO_TABLE_JOBS"  # set by `make <table> JOBS=n`: n table processes share the machine
 
 
-def ran_with() -> dict[str, int]:
-    """How this process shares the machine: its threads, and how many table processes run at once."""
-    return {"threads": torch.get_num_threads(), "jobs": max(1, int(os.environ.get(JOBS_ENV) or 1))}
+def ran_with() -> dict[str, Any]:
+    """How this process shares the machine: its threads, how many table processes run at once, and the
+    device its cells train on (tasks.device_choice)."""
+    return {
+        "threads": torch.get_num_threads(),
+        "jobs": max(1, int(os.environ.get(JOBS_ENV) or 1)),
+        "device": trained_on(),
+    }
 
 
 @dataclass

@@ -374,6 +374,8 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
         "cpu_cells": sum(1 for o in outcomes.values() if o.cpu_s is not None and not o.shared_from),
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "device": devices.label(_cells_device(outcomes.values())),
+        # where the cells trained, as each recorded it (tasks.device_choice): {device: cells}
+        **({"trained_on": on} if (on := _trained_on(outcomes.values())) else {}),
         **provenance.as_dict(),
     }
 
@@ -388,6 +390,21 @@ def _cells_device(outcomes) -> dict:
     if threads:
         info["threads"] = threads[0] if len(threads) == 1 else f"{threads[0]}-{threads[-1]}"
     return info
+
+
+def _trained_on(outcomes) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        if device := (o.ran_with or {}).get("device"):
+            counts[device] = counts.get(device, 0) + 1
+    return counts
+
+
+def _trained_on_note(meta: dict[str, Any]) -> str:
+    on = meta.get("trained_on")
+    if not on:
+        return ""
+    return " Cells trained on " + ", ".join(f"{d}: {n}" for d, n in sorted(on.items())) + "."
 
 
 def _cpu_time(meta: dict[str, Any], total: int) -> str:
@@ -503,8 +520,9 @@ def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
         "",
         f"Generated {meta['generated_at']} by `{meta.get('command', '')}`: {cells['total']} cells, "
         f"{cells['cached']} from the cache, {cells['ran']} run now, {cells['errors']} failed. "
-        f"At commit {meta['commit']}, environment lock {meta['environment_lock']}, on {meta['device']}. "
-        f"Its cells trained for {_duration(meta.get('training_seconds'))} in all (each where it ran)"
+        f"At commit {meta['commit']}, environment lock {meta['environment_lock']}, on {meta['device']}."
+        + _trained_on_note(meta)
+        + f" Its cells trained for {_duration(meta.get('training_seconds'))} in all (each where it ran)"
         + _cpu_time(meta, cells["total"] - cells.get("rescored", 0))
         + f"; this run took {_duration(meta.get('wall_seconds'))}."
         + "".join(

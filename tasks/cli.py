@@ -3,7 +3,7 @@
     repro train --task classification --model resnet18 --method daiq --profile embedded [--seed N]
                 [--data-root PATH] [--paper-dataset imagenet|cifar10] [--cfg-options k=v ...]
                 [--method-options k=v ...] [--work-dir D] [--skip-bad-samples] [--launcher none|pytorch]
-                [--json]
+                [--device cuda|cpu] [--json]
     repro train --task detection --config PATH --method daiq [--cfg-options k=v ...]   (any mmdet config)
     repro train --task video --model r3d_18|r3d_50 --method daiq [--paper-dataset ucf101|kinetics400]
 
@@ -106,6 +106,11 @@ def add_train_arguments(parser: argparse.ArgumentParser, task_choice: bool = Tru
         action="store_true",
         help="train under torch.compile (MMEngine's compile=True: the whole train_step; kernels.traceable)",
     )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="cuda or cpu (default: cuda when present); cuda where no GPU is visible is an error",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
 
 
@@ -137,6 +142,7 @@ def cmd_train(args) -> int:
 def _train(args) -> int:
     from tasks.bad_data import BadDataError, one_line_error
     from tasks.datasets import DatasetNotFoundError
+    from tasks.device_choice import trained_on, use_device
     from tasks.out_of_memory import RunFailed
     from tasks.runner import summary
 
@@ -150,6 +156,7 @@ def _train(args) -> int:
             "repro: no --work-dir: this run keeps no checkpoints and cannot resume if stopped",
             file=sys.stderr,
         )
+    use_device(args.device)  # a ValueError (one line, exit 2) where the device is not here
     cfg_options = dict(args.cfg_options or {})
     if args.checkpoint_interval is not None:
         if not args.checkpoint_interval >= 0:
@@ -185,12 +192,16 @@ def _train(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     if _rank() == 0:
-        print(json.dumps(result.to_dict()) if args.json else summary(result), flush=True)
+        record = {**result.to_dict(), "device": trained_on()}
+        print(json.dumps(record) if args.json else summary(result), flush=True)
     return 0
 
 
 def task_main(task: str, description: str, argv=None) -> int:
     """`python -m tasks.<task> ...`: the `repro train` arguments for one task (e.g. under torchrun)."""
+    from repro.third_party_warnings import filter_known
+
+    filter_known()
     parser = argparse.ArgumentParser(prog=f"python -m tasks.{task}", description=description)
     add_train_arguments(parser, task_choice=False)
     args = parser.parse_args(argv)

@@ -30,6 +30,11 @@ def add_figure_parser(subparsers):
     p.add_argument("--results-dir", default="results", help="output and cache directory (default results)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="training logs on the terminal")
+    p.add_argument(
+        "--device",
+        default=None,
+        help="cuda or cpu (default: cuda when present); cuda without a GPU is an error",
+    )
     p.set_defaults(func=cmd_figure)
     return p
 
@@ -48,6 +53,9 @@ def cmd_figure(args) -> int:
         return 2
     from tables.figures.runs import ensure
     from tables.generate import ran_with
+    from tasks.device_choice import use_device
+
+    use_device(args.device)  # a ValueError (one line, exit 2) where the device is not here
 
     if len(names) > 1 and ran_with()["jobs"] > 1:
         # `make figures JOBS=n`: n processes share the runs out, so each trains every figure's runs first
