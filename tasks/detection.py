@@ -50,6 +50,7 @@ import torch
 from mmengine.config import Config
 
 import repro.hooks  # noqa: F401  (registers Int8TrainingHook in MMEngine's HOOKS: every scope finds it there)
+import tasks.detection_quiet  # noqa: F401  (pycocotools' progress to the log, an empty result not an ERROR)
 from tasks import PROFILES
 from tasks import detection_data as DD
 from tasks.bad_data import BadDataError
@@ -130,20 +131,68 @@ def apply_data_root(cfg: Config, root: str) -> None:
     cfg.data_root = root
 
 
+# Int8TrainingHook's own arguments, not the method's options (repro.hooks)
+HOOK_ARGUMENTS = ("skip", "channels_last_out", "per_call_state")
+
+
+def config_hook(cfg: Config) -> dict | None:
+    """The config's own Int8TrainingHook entry (custom_hooks, or default_hooks as --cfg-options spells
+    it), or None. More than one is a ValueError: which of them the user meant cannot be told."""
+    hooks = [h for h in cfg.get("custom_hooks") or [] if _is_int8_hook(h)]
+    hooks += [h for h in (cfg.get("default_hooks") or {}).values() if _is_int8_hook(h)]
+    if len(hooks) > 1:
+        raise ValueError(f"the config has {len(hooks)} Int8TrainingHook entries: keep one")
+    return dict(hooks[0]) if hooks else None
+
+
+def _is_int8_hook(hook: Any) -> bool:
+    return isinstance(hook, dict) and str(hook.get("type", "")).endswith("Int8TrainingHook")
+
+
+def merged_method_options(
+    cfg: Config, method: str, options: dict | None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The method options a run uses: the config's Int8TrainingHook options, the command line's
+    (`options`) over them where both set one, typed and checked for `method`; and where each came from
+    ({option: "config" | "command line"}). An option the method does not take is a ValueError naming
+    where it came from, so nothing the user wrote is silently dropped."""
+    hook = config_hook(cfg) or {}
+    from_config = {k: v for k, v in hook.items() if k not in ("type", "method", *HOOK_ARGUMENTS)}
+    options = dict(options or {})
+    if from_config and hook.get("method", method) != method:
+        raise ValueError(
+            f"the config's Int8TrainingHook sets {', '.join(sorted(from_config))} for method "
+            f"{hook['method']!r}, but this run's method is {method!r}: remove them from the config, or run "
+            f"--method {hook['method']}"
+        )
+    merged = {**from_config, **options}
+    sources = {k: "command line" if k in options else "config" for k in merged}
+    try:
+        checked = checked_options(method, merged)
+    except ValueError as err:
+        config_only = sorted(set(from_config) - set(options))
+        if not config_only:
+            raise
+        raise ValueError(f"{err} (from the config's Int8TrainingHook: {', '.join(config_only)})") from None
+    return checked, sources
+
+
 def set_method(cfg: Config, method: str, method_options: dict | None = None) -> None:
-    """Make the config's Int8TrainingHook run `method` (one hook, in custom_hooks; added if absent)."""
-    hook = dict(type="Int8TrainingHook", method=method, **(method_options or {}))
+    """Make the config's Int8TrainingHook run `method` with `method_options` (the merged ones, see
+    merged_method_options), keeping the hook's own arguments (skip ...): one hook, in custom_hooks."""
+    found = config_hook(cfg) or {}
+    kept = {k: found[k] for k in HOOK_ARGUMENTS if k in found}
+    hook = dict(type="Int8TrainingHook", method=method, **kept, **(method_options or {}))
     hooks = list(cfg.get("custom_hooks") or [])
-    found = [i for i, h in enumerate(hooks) if str(h.get("type", "")).endswith("Int8TrainingHook")]
-    if found:
-        skip = hooks[found[0]].get("skip")
-        hooks[found[0]] = dict(hook, **({"skip": skip} if skip is not None else {}))
-    else:
+    at = next((i for i, h in enumerate(hooks) if _is_int8_hook(h)), None)
+    if at is None:
         hooks.insert(0, hook)
+    else:
+        hooks[at] = hook
     cfg.custom_hooks = hooks
     defaults = cfg.get("default_hooks") or {}
     for name, h in list(defaults.items()):
-        if isinstance(h, dict) and str(h.get("type", "")).endswith("Int8TrainingHook"):
+        if _is_int8_hook(h):
             defaults.pop(name)  # one hook only: the custom_hooks entry above
     imports = cfg.get("custom_imports") or dict(imports=[], allow_failed_imports=False)
     if "tasks.detection" not in imports["imports"]:
@@ -237,8 +286,9 @@ def run(
     missing annotation file, or one that is not JSON, is a BadDataError naming it. MMDetection's
     datasets have no skip policy: skip_bad_samples is a ValueError.
     """
-    method_options = checked_options(method, method_options)  # bad options fail here, before any data
     path = Path(config) if config else config_path(model, profile, paper_dataset)
+    # the config's own hook options join the command line's; bad options fail here, before any data
+    method_options, option_sources = merged_method_options(Config.fromfile(str(path)), method, method_options)
     check_choice("paper_dataset", paper_dataset, PAPER_DATASETS)
     if profile == "paper" and data_root is None and config is None:
         raise DatasetNotFoundError(
@@ -269,6 +319,7 @@ def run(
         raise _malformed_annotations(
             build_config(path, method, profile, seed, data_root=data_root), err
         ) from err
+    result = dataclasses.replace(result, method_options_from=option_sources)
     if profile != "paper":
         _FINISHED[memo_key] = (paper_dataset, result)
     return result

@@ -119,6 +119,8 @@ class RunResult:
     scores: dict[str, Any] = field(default_factory=dict)
     resumed_from: str | None = None
     skipped_samples: list[str] = field(default_factory=list)
+    # where each method option came from, where a run merges several places ("config", "command line")
+    method_options_from: dict[str, str] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         scores = self.__dict__.get("scores", {})
