@@ -19,6 +19,7 @@ import argparse
 import sys
 
 from repro import heap
+from repro.third_party_warnings import filter_known
 from repro.methods import METHODS, list_methods
 from tables.cli import add_table_parser
 from tables.figures.cli import add_figure_parser
@@ -58,6 +59,7 @@ def cmd_data(args) -> int:
 
 
 def main(argv=None) -> int:
+    filter_known()
     parser = argparse.ArgumentParser(prog="repro", description="INT8 training reproduction harness")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("methods", help="list the registered methods and their options").set_defaults(
