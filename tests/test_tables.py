@@ -805,10 +805,13 @@ def test_a_table_takes_its_own_seed_count_where_its_spec_sets_one_and_seeds_over
 def test_a_cell_says_how_the_machine_was_shared_and_the_table_counts_them(tmp_path, monkeypatch):
     import torch
 
+    from tasks.device_choice import trained_on
+
     fake = FakeRunner()
     monkeypatch.setattr("tables.generate.load_task_runner", lambda task: (fake, "v"))
     alone = generate("table2", profile="smoke", results_dir=tmp_path / "alone", progress=False)
-    assert all(o.ran_with == {"threads": torch.get_num_threads(), "jobs": 1} for o in alone.outcomes.values())
+    want = {"threads": torch.get_num_threads(), "jobs": 1, "device": trained_on()}
+    assert all(o.ran_with == want for o in alone.outcomes.values())
     assert "at a time" not in (tmp_path / "alone" / "table2.md").read_text()
     monkeypatch.setenv("REPRO_TABLE_JOBS", "2")
     shared = generate("table2", profile="smoke", results_dir=tmp_path / "shared", progress=False)
@@ -819,7 +822,7 @@ def test_a_cell_says_how_the_machine_was_shared_and_the_table_counts_them(tmp_pa
     assert entry["ran_with"]["jobs"] == 2
     monkeypatch.delenv("REPRO_TABLE_JOBS")  # read back from the cache by a process running alone
     again = generate("table2", profile="smoke", results_dir=tmp_path / "shared", progress=False)
-    want = {"threads": torch.get_num_threads(), "jobs": 2}
+    want = {"threads": torch.get_num_threads(), "jobs": 2, "device": trained_on()}
     assert all(o.cached and o.ran_with == want for o in again.outcomes.values())
 
 
