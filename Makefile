@@ -172,7 +172,7 @@ $(SPEED_TABLES):
 	$(BIN)/python -m tables.command table $@ $(SPEED_ARGS)
 
 # The claims report (issue 19): every claim checked by the tables and figures it reads (generated as needed, from the
-# cache after `make tables`); results/claims.md and .csv.
+# cache after `make tables`); results/claims.md and .csv (tables/claims/).
 .PHONY: claims
 # Keep the finished tables and figures of a table run's results directory (FROM=) in the kept set, rendered
 # again from its cache by this checkout's code (tables/keep.py); KEEP_TO defaults to this profile's folder.
