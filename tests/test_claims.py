@@ -434,6 +434,17 @@ def test_the_central_claim_reads_out_the_mean_over_a_tables_models():
 KEPT = Path(__file__).resolve().parents[1] / "results" / "reference" / "embedded"
 
 
+def test_the_kept_report_is_what_todays_code_reads_from_the_kept_tables():
+    """The kept claims.csv is the oracle: the code's verdicts, key numbers, measurements, reasons and
+    commands on the kept tables and figures. A change of rule or wording regenerates the kept report
+    (`make claims KEPT=results/reference/embedded RESULTS=results/reference/embedded`)."""
+    kept = pd.read_csv(KEPT / "claims.csv", keep_default_na=False)
+    ctx = Context(profile="embedded", results_dir=Path("unused"), progress=False, kept=KEPT)
+    now = claims.evaluate(ctx).astype(str)
+    columns = ["key", "source", "verdict", "key_number", "measurement", "reason", "commands"]
+    assert now[columns].to_dict("records") == kept[columns].astype(str).to_dict("records")
+
+
 def test_the_report_is_compact_on_top_with_pastable_commands_below(tmp_path):
     ctx = Context(profile="embedded", results_dir=tmp_path, progress=False, kept=KEPT)
     frame, paths = claims.write(ctx)
