@@ -174,7 +174,7 @@ $(SPEED_TABLES):
 	$(BIN)/python -m tables.command table $@ $(SPEED_ARGS)
 
 # The claims report (issue 19): every claim checked by the tables and figures it reads (generated as needed, from the
-# cache after `make tables`); results/claims.md and .csv.
+# cache after `make tables`); results/claims.md and .csv (tables/claims/).
 .PHONY: claims
 # Keep the finished tables and figures of a table run's results directory (FROM=) in the kept set, rendered
 # again from its cache by this checkout's code (tables/keep.py); KEEP_TO defaults to this profile's folder.
@@ -186,6 +186,15 @@ keep:
 claims:
 	$(BIN)/python -m tables.claims --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
 	  $(if $(DEVICE),--device $(DEVICE)) $(if $(KEPT),--kept $(KEPT))
+	$(if $(filter $(abspath $(RESULTS)),$(abspath $(README_REPORT))),$(BIN)/python -m tables.readme)
+
+# README.md's "What was reproduced" table, generated from the kept claims report (tables/readme.py); `make
+# claims` runs it when it writes that report (RESULTS=results/reference/embedded). tests/test_readme_numbers.py
+# fails when the README and the kept report disagree.
+README_REPORT := results/reference/embedded
+.PHONY: readme
+readme:
+	$(BIN)/python -m tables.readme --report $(README_REPORT)/claims.csv
 
 # Figures: every paper figure the harness regenerates, and UI8 Table 1 (KS statistics), each drawn from
 # training runs recorded with the statistics recorder (repro.recorder), cached under

@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from tables import claims
-from tables.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Context, Estimate, compare
+from tables.claims import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Context,
+    Estimate,
+    close_to_fp32,
+    compare,
+    daiq,
+    intervals,
+    registry,
+    speed,
+    ui8,
+    verdict,
+    wageubn,
+)
 from tables.render import RUNS_COLUMNS
 from tasks.top1 import pack_flags
 
@@ -45,9 +62,9 @@ def test_compare_needs_two_seeds_and_a_difference_beyond_the_spread():
 def test_clipping_claim():
     crash = [_row("No clipping", status="diverged (2 of 2 seeds)", int8=None, n=0),
              _row("Direction Sensitive Gradient Clipping")]  # fmt: skip
-    assert claims._clipping_fixes_the_crash(context(ui8_table3=crash)).verdict == REPRODUCED
+    assert ui8._clipping_fixes_the_crash(context(ui8_table3=crash)).verdict == REPRODUCED
     no_crash = [_row("No clipping"), _row("Direction Sensitive Gradient Clipping")]
-    v = claims._clipping_fixes_the_crash(context(ui8_table3=no_crash))
+    v = ui8._clipping_fixes_the_crash(context(ui8_table3=no_crash))
     assert v.verdict == NOT_REPRODUCED and "no crash" in v.reason
 
 
@@ -56,11 +73,11 @@ def test_ablation_claim_verdicts():
         return [_row("GQ", "gq", 90.0, 0.2, n), _row("GVQ", "daiq-gvq", gvq, 0.2, n),
                 _row("MCS", "daiq-mcs", mcs, 0.2, n), _row("both", "daiq", both, 0.2, n)]  # fmt: skip
 
-    assert claims._daiq_ablations_beat_gq(context(table2=table(91, 91, 92))).verdict == REPRODUCED
-    assert claims._daiq_ablations_beat_gq(context(table2=table(89, 91, 92))).verdict == NOT_REPRODUCED
-    v = claims._daiq_ablations_beat_gq(context(table2=table(90.1, 90.2, 90.0)))
+    assert daiq._daiq_ablations_beat_gq(context(table2=table(91, 91, 92))).verdict == REPRODUCED
+    assert daiq._daiq_ablations_beat_gq(context(table2=table(89, 91, 92))).verdict == NOT_REPRODUCED
+    v = daiq._daiq_ablations_beat_gq(context(table2=table(90.1, 90.2, 90.0)))
     assert v.verdict == INCONCLUSIVE and "spread" in v.reason
-    v = claims._daiq_ablations_beat_gq(context(table2=table(91, 91, 92, n=1)))
+    v = daiq._daiq_ablations_beat_gq(context(table2=table(91, 91, 92, n=1)))
     assert v.verdict == INCONCLUSIVE and "one seed" in v.reason
 
 
@@ -90,23 +107,23 @@ def test_two_rows_with_kept_runs_are_compared_seed_by_seed_and_image_by_image(tm
         )
     ]
     seeds = {0: [89.0, 90.0, 91.0]} | {r: [89.6, 90.6, 91.6] for r in (1, 2, 3)}  # fmt: skip
-    unpaired = claims._daiq_ablations_beat_gq(context(table2=rows))
-    assert unpaired.verdict == INCONCLUSIVE and claims.UNPAIRED_NOTE in unpaired.measurement
+    unpaired = daiq._daiq_ablations_beat_gq(context(table2=rows))
+    assert unpaired.verdict == INCONCLUSIVE and intervals.UNPAIRED_NOTE in unpaired.measurement
     ctx = context(table2=rows)
     ctx.run_frames["table2"] = _runs(seeds)
-    paired = claims._daiq_ablations_beat_gq(ctx)
-    assert paired.verdict == REPRODUCED and claims.PAIRED_NOTE in paired.measurement
+    paired = daiq._daiq_ablations_beat_gq(ctx)
+    assert paired.verdict == REPRODUCED and intervals.PAIRED_NOTE in paired.measurement
     c = claims.compare_rows(ctx, "table2", ctx.frames["table2"].iloc[1], ctx.frames["table2"].iloc[0])
     assert c.paired and c.delta == pytest.approx(0.6) and 0 < c.half_width < 0.6
     # kept: the runs file beside the table's CSV
     pd.DataFrame(rows).to_csv(tmp_path / "table2.csv", index=False)
     _runs(seeds).to_csv(tmp_path / "table2.runs.csv.gz", index=False)
     kept = Context(profile="embedded", results_dir=tmp_path / "out", kept=tmp_path)
-    assert claims._daiq_ablations_beat_gq(kept).verdict == REPRODUCED
+    assert daiq._daiq_ablations_beat_gq(kept).verdict == REPRODUCED
     # a run without its flags: only the unpaired bound is sound
     ctx = context(table2=rows)
     ctx.run_frames["table2"] = _runs(seeds, flags=False)
-    assert claims._daiq_ablations_beat_gq(ctx).verdict == INCONCLUSIVE
+    assert daiq._daiq_ablations_beat_gq(ctx).verdict == INCONCLUSIVE
 
 
 def test_e2_sensitivity_claim():
@@ -115,8 +132,8 @@ def test_e2_sensitivity_claim():
                 for p in ("W", "BN", "A", "GW", "E1")]  # fmt: skip
         return rows + [_row("kE2 = 8", "wageubn", e2, 0.2, 3, options="quantize_only=E2")]
 
-    assert claims._e2_most_sensitive(context(wageubn_table2=table(93.0))).verdict == REPRODUCED
-    v = claims._e2_most_sensitive(context(wageubn_table2=table(97.0)))
+    assert wageubn._e2_most_sensitive(context(wageubn_table2=table(93.0))).verdict == REPRODUCED
+    v = wageubn._e2_most_sensitive(context(wageubn_table2=table(97.0)))
     assert v.verdict == NOT_REPRODUCED and "E2" in v.measurement
 
 
@@ -129,20 +146,20 @@ def test_a_difference_smaller_than_the_papers_is_not_reproduced():
                 _row("full", "wageubn", 80.0, std, 3, model="r34", paper_int8=67.6),
                 _row("e2-16", "wageubn-e2-16", 80.5, std, 3, model="r34", paper_int8=68.5)]  # fmt: skip
 
-    v = claims._flag_e2_worse_than_16_bit(context(wageubn_table1=table(2.6)))
-    assert v.verdict == NOT_REPRODUCED and claims.SMALLER_THAN_PAPER in v.reason
+    v = wageubn._flag_e2_worse_than_16_bit(context(wageubn_table1=table(2.6)))
+    assert v.verdict == NOT_REPRODUCED and verdict.SMALLER_THAN_PAPER in v.reason
     assert "r18 (paper +2.60)" in v.reason and "r34" not in v.reason and "(paper +0.90)" in v.measurement
     # the paper's difference inside every interval: no verdict either way
-    v = claims._flag_e2_worse_than_16_bit(context(wageubn_table1=table(0.9)))
+    v = wageubn._flag_e2_worse_than_16_bit(context(wageubn_table1=table(0.9)))
     assert v.verdict == INCONCLUSIVE
     # a paper difference the other way is no evidence about this claim's direction
-    assert claims._flag_e2_worse_than_16_bit(context(wageubn_table1=table(-2.6))).verdict == INCONCLUSIVE
+    assert wageubn._flag_e2_worse_than_16_bit(context(wageubn_table1=table(-2.6))).verdict == INCONCLUSIVE
     # without the paper's numbers (an older table): as before
     rows = [{k: v for k, v in r.items() if k != "paper_int8"} for r in table(2.6)]
-    assert claims._flag_e2_worse_than_16_bit(context(wageubn_table1=rows)).verdict == INCONCLUSIVE
+    assert wageubn._flag_e2_worse_than_16_bit(context(wageubn_table1=rows)).verdict == INCONCLUSIVE
     # a significant difference the claimed way is reproduced, whatever its size against the paper's
     assert (
-        claims._flag_e2_worse_than_16_bit(context(wageubn_table1=table(5.0, gap=1.0, std=0.05))).verdict
+        wageubn._flag_e2_worse_than_16_bit(context(wageubn_table1=table(5.0, gap=1.0, std=0.05))).verdict
         == REPRODUCED
     )
 
@@ -157,14 +174,14 @@ def test_speed_claims_read_the_paired_ratios():
     ui8 = [dict(base, method="ui8", precision="INT8", iteration_vs_fp16=None, iteration_vs_fp32=0.8,
                 paper_iteration_vs_fp32=0.81)]  # fmt: skip
     ctx = context(table7=rows, ui8_table10=ui8)
-    assert claims._int8_faster("FP32")(ctx).verdict == REPRODUCED
-    assert "UI8 Table 10" in claims._int8_faster("FP32")(ctx).measurement
-    v = claims._int8_faster("FP16")(ctx)
+    assert speed._int8_faster("FP32")(ctx).verdict == REPRODUCED
+    assert "UI8 Table 10" in speed._int8_faster("FP32")(ctx).measurement
+    v = speed._int8_faster("FP16")(ctx)
     assert v.verdict == INCONCLUSIVE and "emulated" in v.reason
     rows[0]["iteration_vs_fp32"] = 1.3
-    assert claims._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
+    assert speed._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
     rows[0]["iteration_vs_fp32"], ui8[0]["iteration_vs_fp32"] = 0.85, 1.2  # UI8 alone slower: not reproduced
-    assert claims._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
+    assert speed._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
 
 
 def test_speed_claims_read_compiled_variants_too():
@@ -181,14 +198,14 @@ def test_speed_claims_read_compiled_variants_too():
         dict(base, method="ui8", precision="INT8", iteration_vs_fp16=None, iteration_vs_fp32=0.6),
         dict(base, method="ui8+compile", precision="INT8", iteration_vs_fp16=None, iteration_vs_fp32=0.7),
     ]
-    v = claims._int8_faster("FP16")(context(table7=rows, ui8_table10=ui8))
+    v = speed._int8_faster("FP16")(context(table7=rows, ui8_table10=ui8))
     assert v.verdict == REPRODUCED and "DAIQ Table 7, compiled" in v.measurement and "0.80" in v.measurement
-    assert claims._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == REPRODUCED
+    assert speed._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == REPRODUCED
     rows[2]["iteration_vs_fp16"] = 1.2  # compiled INT8 slower than compiled bf16: the claim fails
-    v = claims._int8_faster("FP16")(context(table7=rows, ui8_table10=ui8))
+    v = speed._int8_faster("FP16")(context(table7=rows, ui8_table10=ui8))
     assert v.verdict == NOT_REPRODUCED and "1.20" in v.measurement
     ui8[1]["iteration_vs_fp32"] = 1.1  # UI8 compiled alone slower than compiled FP32
-    assert claims._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
+    assert speed._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
 
 
 def test_report_files_and_a_claim_that_cannot_be_measured(tmp_path):
@@ -202,7 +219,8 @@ def test_report_files_and_a_claim_that_cannot_be_measured(tmp_path):
     assert list(frame.columns) == claims.CSV_COLUMNS
     assert frame["verdict"].tolist() == [INCONCLUSIVE] and "could not be measured" in frame["reason"][0]
     text = paths["md"].read_text()
-    assert "not reproductions of the papers'" in text and "| a claim | UI8 Table 0 |" in text
+    assert "not reproductions of the papers'" in text and "| [a claim](#x) | UI8 Table 0 |" in text
+    assert "### x" in text and "could not be measured" in text.split("## Details", 1)[1]
 
 
 @pytest.mark.parametrize("profile", ["tiny"])
@@ -248,8 +266,8 @@ def _ks_row(data, g, lap, st, critical=0.02):
 def test_ks_claim_needs_every_gradient_fit_rejected_and_some_weight_fit_accepted():
     paper_like = [_ks_row("g", 0.2, 0.08, 0.2), _ks_row("w", 0.01, 0.07, 0.1)]
     student_fits = [_ks_row("g", 0.2, 0.08, 0.01), _ks_row("w", 0.01, 0.07, 0.1)]
-    assert claims._ks_gradients_fail(context(ui8_table1=paper_like)).verdict == REPRODUCED
-    v = claims._ks_gradients_fail(context(ui8_table1=student_fits))
+    assert ui8._ks_gradients_fail(context(ui8_table1=paper_like)).verdict == REPRODUCED
+    v = ui8._ks_gradients_fail(context(ui8_table1=student_fits))
     assert v.verdict == NOT_REPRODUCED and "gradient is not rejected" in v.reason
 
 
@@ -266,25 +284,25 @@ def test_figure_claims_read_the_plotted_data():
         for f, d in (("Gaussian", 0.2), ("Inverted-T", 0.3))
     ]
     ctx = context(daiq_figure3=error + fits)
-    assert claims._gvq_lower_error(ctx).verdict == REPRODUCED
-    assert claims._inverted_t_fits_at_times(ctx).verdict == NOT_REPRODUCED  # Gaussian closer every time
+    assert daiq._gvq_lower_error(ctx).verdict == REPRODUCED
+    assert daiq._inverted_t_fits_at_times(ctx).verdict == NOT_REPRODUCED  # Gaussian closer every time
     curves = [
         dict(run=r, val_top1=v) for r, v in (("8-bit QE2 (e2=shift8)", 11.0), ("Flag QE2 (wageubn)", 90.0))
     ]
-    assert claims._plain_qe2_fails(context(wageubn_figure9=curves)).verdict == REPRODUCED
+    assert wageubn._plain_qe2_fails(context(wageubn_figure9=curves)).verdict == REPRODUCED
     curves[0]["val_top1"] = 89.0  # trains: within a run's noise of Flag's is no failure
-    assert claims._plain_qe2_fails(context(wageubn_figure9=curves)).verdict == NOT_REPRODUCED
+    assert wageubn._plain_qe2_fails(context(wageubn_figure9=curves)).verdict == NOT_REPRODUCED
 
     def forms(exponential, linear, quadratic):
         runs = (("exponential", exponential), ("linear", linear), ("quadratic", quadratic))
         return context(ui8_figure6=[dict(run=f"{f} scaling", val_top1=v) for f, v in runs])
 
-    assert claims._weaker_forms_crash(forms(80.0, 12.0, math.nan)).verdict == REPRODUCED
-    v = claims._weaker_forms_crash(forms(80.0, 70.0, 79.0))  # lower, but no crash: nothing to prevent
+    assert ui8._weaker_forms_crash(forms(80.0, 12.0, math.nan)).verdict == REPRODUCED
+    v = ui8._weaker_forms_crash(forms(80.0, 70.0, 79.0))  # lower, but no crash: nothing to prevent
     assert v.verdict == INCONCLUSIVE and "no crash" in v.reason
-    v = claims._weaker_forms_crash(forms(80.0, 11.0, 79.0))
+    v = ui8._weaker_forms_crash(forms(80.0, 11.0, 79.0))
     assert v.verdict == NOT_REPRODUCED and v.reason.startswith("quadratic scaling trained")
-    assert claims._weaker_forms_crash(forms(10.0, 10.0, 10.0)).verdict == NOT_REPRODUCED
+    assert ui8._weaker_forms_crash(forms(10.0, 10.0, 10.0)).verdict == NOT_REPRODUCED
 
 
 def test_phi_scaling_against_fixed_rates_reads_the_seeded_pairs():
@@ -299,26 +317,26 @@ def test_phi_scaling_against_fixed_rates_reads_the_seeded_pairs():
         return context(ui8_figure4=finals + paired)
 
     assert (
-        claims._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta4", 2.0, 1.0))).verdict
+        ui8._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta4", 2.0, 1.0))).verdict
         == REPRODUCED
     )
-    v = claims._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta3", -2.0, 1.0)))
+    v = ui8._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta3", -2.0, 1.0)))
     assert v.verdict == NOT_REPRODUCED and v.reason.endswith("below eta3")
-    v = claims._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta4", -0.2, 1.0)))
+    v = ui8._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta4", -0.2, 1.0)))
     assert (
         v.verdict == INCONCLUSIVE
         and "seeds would settle it" in v.reason
         and "eta1 81.00 ± 1.00 (n=3)" in v.measurement
     )
     # a comparison without an interval (its runs diverged) is never counted as settled
-    v = claims._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta4", math.nan, math.nan)))
+    v = ui8._phi_scaling_beats_fixed_rates(figure(("eta2", 3.0, 1.0), ("eta4", math.nan, math.nan)))
     assert v.verdict == INCONCLUSIVE and "eta4 n/a" in v.measurement and "no interval for eta4" in v.reason
     # one run per setting (no seeded pairs): a direction, never a verdict
     one = [
         dict(panel="b", run=r, iteration=10, val_top1=t)
         for r, t in (("eta1: with phi", 80.0), ("eta4: no scaling", 79.0))
     ]
-    v = claims._phi_scaling_beats_fixed_rates(context(ui8_figure4=one))
+    v = ui8._phi_scaling_beats_fixed_rates(context(ui8_figure4=one))
     assert v.verdict == INCONCLUSIVE and "one run per curve" in v.reason
 
 
@@ -326,21 +344,21 @@ def test_a_period_that_cannot_be_shown_to_lose_under_a_point_is_inconclusive():
     speed = [dict(period=p, s_per_iter=t, device="cpu") for p, t in ((1, 10.0), (100, 2.0), (1000, 1.9))]
     tight = [_row("Period 1", int8=60.0, std=0.2, n=3), _row("Period 100", int8=59.8, std=0.2, n=3)]
     noisy = [_row("Period 1", int8=60.0, std=8.0), _row("Period 100", int8=60.5, std=4.0)]
-    assert claims._period_costs_little(context(ui8_table5=tight, ui8_table2=speed)).verdict == REPRODUCED
+    assert ui8._period_costs_little(context(ui8_table5=tight, ui8_table2=speed)).verdict == REPRODUCED
     # the same seeds on a 1,000-image test set: its binomial error (1.5 points a side) hides the answer
     small_test = [dict(r, int8_test_se=1.5) for r in tight]
-    v = claims._period_costs_little(context(ui8_table5=small_test, ui8_table2=speed))
+    v = ui8._period_costs_little(context(ui8_table5=small_test, ui8_table2=speed))
     assert v.verdict == INCONCLUSIVE
-    v = claims._period_costs_little(context(ui8_table5=noisy, ui8_table2=speed))
+    v = ui8._period_costs_little(context(ui8_table5=noisy, ui8_table2=speed))
     assert v.verdict == INCONCLUSIVE and "spread is wider" in v.reason
 
 
 def test_within_a_point_reads_the_whole_interval():
-    assert claims.within_a_point(-0.2, 0.5) == "inside"
-    assert claims.within_a_point(-0.7, 0.5) == "straddles"  # [-1.2, -0.2]
-    assert claims.within_a_point(-1.6, 0.5) == "outside"
-    assert claims.within_a_point(1.6, 0.5) == "outside"  # a gain beyond a point is outside the claim too
-    assert claims.within_a_point(-0.2, None) == "unknown"
+    assert intervals.within_a_point(-0.2, 0.5) == "inside"
+    assert intervals.within_a_point(-0.7, 0.5) == "straddles"  # [-1.2, -0.2]
+    assert intervals.within_a_point(-1.6, 0.5) == "outside"
+    assert intervals.within_a_point(1.6, 0.5) == "outside"  # a gain beyond a point is outside the claim too
+    assert intervals.within_a_point(-0.2, None) == "unknown"
 
 
 @pytest.mark.parametrize(
@@ -352,22 +370,22 @@ def test_close_to_fp32_verdict_follows_the_intervals(half, n, verdict):
         _row("Ours", method="daiq", int8=None, delta=-0.3, delta_std=None, n_fp32=n, n=n, delta_ci95=half)
     ]
     frames = {name.replace("-", "_"): rows for name in claims.CLOSE_TO_FP32_TABLES}
-    v = claims._close_to_fp32(context(**frames))
+    v = close_to_fp32._close_to_fp32(context(**frames))
     assert v.verdict == verdict, v
     outside = [_row("Ours", method="ui8", int8=None, delta=-2.0, n_fp32=3, n=3, delta_ci95=0.5)]
     frames = {name.replace("-", "_"): rows + outside for name in claims.CLOSE_TO_FP32_TABLES}
-    v = claims._close_to_fp32(context(**frames))
+    v = close_to_fp32._close_to_fp32(context(**frames))
     assert v.verdict == NOT_REPRODUCED and "1 lose more than a point" in v.reason
     above = [_row("Ours", method="ui8", int8=None, delta=+2.0, n_fp32=3, n=3, delta_ci95=0.5)]
     frames = {name.replace("-", "_"): rows + above for name in claims.CLOSE_TO_FP32_TABLES}
-    v = claims._close_to_fp32(context(**frames))
+    v = close_to_fp32._close_to_fp32(context(**frames))
     assert v.verdict == NOT_REPRODUCED and "above FP32" in v.reason and "lose" not in v.reason
 
 
 def test_tables_kept_without_an_interval_get_the_seeds_share():
     r = pd.Series(dict(delta_std=0.3, n_int8=3, n_fp32=3))
-    assert claims._half_width(r) == pytest.approx(4.302653 * 0.3 / 3**0.5, rel=1e-5)
-    assert claims._half_width(pd.Series(dict(delta_std=0.3, n_int8=1, n_fp32=3))) is None
+    assert intervals.half_width(r) == pytest.approx(4.302653 * 0.3 / 3**0.5, rel=1e-5)
+    assert intervals.half_width(pd.Series(dict(delta_std=0.3, n_int8=1, n_fp32=3))) is None
 
 
 def test_an_inconclusive_verdict_says_how_many_seeds_would_settle_it():
@@ -378,19 +396,19 @@ def test_an_inconclusive_verdict_says_how_many_seeds_would_settle_it():
     seeds = {0: [89.0, 90.0, 91.0]} | {r: [89.3, 90.3, 90.7] for r in (1, 2, 3)}
     ctx = context(table2=rows)
     ctx.run_frames["table2"] = _runs(seeds)
-    v = claims._daiq_ablations_beat_gq(ctx)
+    v = daiq._daiq_ablations_beat_gq(ctx)
     assert v.verdict == INCONCLUSIVE and "seeds would settle it" in v.reason, v.reason
     c = claims.compare_rows(ctx, "table2", ctx.frames["table2"].iloc[1], ctx.frames["table2"].iloc[0])
     assert c.seeds == 3 and c.spread == pytest.approx(0.3464, abs=1e-3) and 3 < c.seeds_to_settle() < 100
     assert f"{c.seeds_to_settle()} seeds" in v.reason
     # without the runs there is no spread of paired differences to project from: no count
-    v = claims._daiq_ablations_beat_gq(context(table2=rows))
+    v = daiq._daiq_ablations_beat_gq(context(table2=rows))
     assert v.verdict == INCONCLUSIVE and "seeds would" not in v.reason
     # the central claim: a row on the edge of a point cannot be settled by any count here
     edge = [_row("Ours", method="daiq", int8=None, delta=-1.0, delta_std=0.5, n_fp32=3, n=3, delta_ci95=1.2)]
     frames = {name.replace("-", "_"): edge for name in claims.CLOSE_TO_FP32_TABLES}
-    v = claims._close_to_fp32(context(**frames))
-    assert v.verdict == INCONCLUSIVE and f"more than {claims.MOST_SEEDS} seeds" in v.reason
+    v = close_to_fp32._close_to_fp32(context(**frames))
+    assert v.verdict == INCONCLUSIVE and f"more than {verdict.MOST_SEEDS} seeds" in v.reason
 
 
 def test_the_central_claim_reads_out_the_mean_over_a_tables_models():
@@ -403,11 +421,52 @@ def test_the_central_claim_reads_out_the_mean_over_a_tables_models():
         for m, d in (("a", -0.5), ("b", -0.2), ("c", 0.1))
     ]
     every = {name.replace("-", "_"): rows for name in claims.CLOSE_TO_FP32_TABLES}
-    v = claims._close_to_fp32(context(**every))
+    v = close_to_fp32._close_to_fp32(context(**every))
     assert v.verdict == INCONCLUSIVE  # every row straddles: the mean does not settle "every model"
     # the tables share these cells (as DAIQ Table 3 and UI8 Table 6 do): the first table counts them
     assert "table3 daiq over 3 models -0.20 [-0.95, +0.55]" in v.measurement, v.measurement
     assert v.measurement.count("over 3 models") == 1
     two = {name.replace("-", "_"): rows[:2] for name in claims.CLOSE_TO_FP32_TABLES}
-    v = claims._close_to_fp32(context(**two))
+    v = close_to_fp32._close_to_fp32(context(**two))
     assert "over 2 models" not in v.measurement and "Mean over" not in v.measurement
+
+
+KEPT = Path(__file__).resolve().parents[1] / "results" / "reference" / "embedded"
+
+
+def test_the_kept_report_is_what_todays_code_reads_from_the_kept_tables():
+    """The kept claims.csv is the oracle: the code's verdicts, key numbers, measurements, reasons and
+    commands on the kept tables and figures. A change of rule or wording regenerates the kept report
+    (`make claims KEPT=results/reference/embedded RESULTS=results/reference/embedded`)."""
+    kept = pd.read_csv(KEPT / "claims.csv", keep_default_na=False)
+    ctx = Context(profile="embedded", results_dir=Path("unused"), progress=False, kept=KEPT)
+    now = claims.evaluate(ctx).astype(str)
+    columns = ["key", "source", "verdict", "key_number", "measurement", "reason", "commands"]
+    assert now[columns].to_dict("records") == kept[columns].astype(str).to_dict("records")
+
+
+def test_the_report_is_compact_on_top_with_pastable_commands_below(tmp_path):
+    ctx = Context(profile="embedded", results_dir=tmp_path, progress=False, kept=KEPT)
+    frame, paths = claims.write(ctx)
+    top, details = paths["md"].read_text().split("## Details", 1)
+    rows = [line for line in top.splitlines() if line.startswith("| [")]
+    assert len(rows) == len(claims.CLAIMS)
+    for line in rows:  # claim, source, verdict, key number, reason: each short
+        assert all(len(c) < 200 for c in line.split(" | ")), line
+    assert "| DAIQ Table 7; UI8 Table 10 |" in top and "DAIQ / UI8 DAIQ" not in top
+    commands = [line.strip() for line in details.splitlines() if line.startswith("    ")]
+    assert commands and all(
+        re.fullmatch(r"make [a-z0-9-]+ PROFILE=embedded( COMPILE=1)?", c) for c in commands
+    )
+    assert "make table7 PROFILE=embedded COMPILE=1" in commands
+    assert details.count("\n### ") == len(claims.CLAIMS)
+
+
+def test_every_claim_is_in_the_reports_order_once():
+    keys = [c.key for m in (ui8, daiq, wageubn, speed, close_to_fp32) for c in m.CLAIMS]
+    assert sorted(keys) == sorted(registry.ORDER) and len(set(keys)) == len(keys)
+
+
+def test_no_module_of_the_claims_package_runs_over_400_lines():
+    package = Path(claims.__file__).parent
+    assert {p.name: n for p in package.glob("*.py") if (n := len(p.read_text().splitlines())) > 400} == {}

@@ -1,0 +1,5 @@
+import sys
+
+from tables.claims.report import main
+
+sys.exit(main())

@@ -1,0 +1,71 @@
+"""The speed claims DAIQ and UI8 both make: an INT8 training iteration is faster than an FP32 one (DAIQ
+Table 7, UI8 Table 10) and than an FP16 one (DAIQ Table 7), read from the speed tables timed on the
+device at hand."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from repro.steptime import COMPILED_SUFFIX
+from tables.claims.context import Context, row
+from tables.claims.intervals import num
+from tables.claims.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Claim, Verdict
+
+# (speed table, its INT8 method, the paper's table) each speed claim reads; UI8 Table 10 has no FP16 row
+INT8_SPEED_ROWS = {
+    "FP32": (("table7", "daiq", "DAIQ Table 7"), ("ui8-table10", "ui8", "UI8 Table 10")),
+    "FP16": (("table7", "daiq", "DAIQ Table 7"),),
+}
+
+
+def _int8_faster(baseline: str) -> Callable[[Context], Verdict]:
+    column = "iteration_vs_fp16" if baseline == "FP16" else "iteration_vs_fp32"
+
+    def check(ctx: Context) -> Verdict:
+        parts, ratios, devices = [], [], {}
+        for table, method, source in INT8_SPEED_ROWS[baseline]:
+            frame = ctx.table(table)
+            # eager, and compiled where the table timed it (`--compile`): each ratio is against the
+            # baseline timed the same way, and the claim has to hold for both
+            for name, how in ((method, ""), (method + COMPILED_SUFFIX, ", compiled")):
+                if how and not (frame["method"] == name).any():
+                    continue
+                r = row(frame, method=name)
+                ratio = float(r[column])
+                ratios.append(ratio)
+                paper = num(r[f"paper_{column}"])
+                what = f"ResNet-50 iteration, INT8 ({method.upper()}) over {baseline}"
+                parts.append(
+                    f"{source}{how}: {what}: {ratio:.2f}"
+                    + (f" (paper {paper:.2f})" if paper is not None else "")
+                    + f"; {r['iteration_ms']:.0f} ms at batch {r['batch']}, {r['size']} px"
+                )
+                devices.setdefault(str(r["device"]), None)
+        measured = "; ".join(parts) + " on " + " and ".join(devices)
+        spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else f"{ratios[0]:.2f}"
+        key = (
+            f"ResNet-50 iteration time, INT8 over {baseline}: {spread}x ({len(ratios)} timings, no interval)"
+        )
+        table7 = ctx.table("table7")
+        half = row(table7[~table7["method"].str.endswith(COMPILED_SUFFIX)], precision="FP16")
+        if baseline == "FP16" and str(half["method"]) == "bf16" and max(ratios) < 0.2:
+            slow = half["iteration_vs_fp32"]
+            reason = (
+                f"bf16 is emulated on this CPU ({slow:.1f}x FP32's time): it says nothing of a GPU's FP16"
+            )
+            return Verdict(INCONCLUSIVE, measured, reason, key)
+        if max(ratios) < 0.95:
+            return Verdict(REPRODUCED, measured, key=key)
+        if max(ratios) > 1.05:
+            return Verdict(NOT_REPRODUCED, measured, f"INT8 is slower than {baseline} on this device", key)
+        return Verdict(INCONCLUSIVE, measured, "within 5%", key)
+
+    return check
+
+
+CLAIMS = (
+    Claim("int8-vs-fp32", "DAIQ / UI8", "DAIQ Table 7; UI8 Table 10",
+          "INT8 training is faster per iteration than FP32", _int8_faster("FP32"), ("table7", "ui8-table10")),
+    Claim("int8-vs-fp16", "DAIQ", "Table 7",
+          "INT8 training is faster per iteration than FP16", _int8_faster("FP16"), ("table7",)),
+)  # fmt: skip
