@@ -34,9 +34,10 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--profile", default="embedded", help=f"one of: {', '.join(PROFILES)} (default embedded)")
     p.add_argument(
         "--seeds",
-        type=int,
+        type=seeds_arg,
         default=None,
-        help=f"number of seeds (default: the table's own where its spec sets one, else per profile: "
+        help=f"number of seeds, or 'plan': the count tables/seed_plan.json fixes for this table "
+        f"(`make seed-plan`) (default: the table's own where its spec sets one, else per profile: "
         f"{defaults})",
     )
     p.add_argument("--data-root", default=None, help="where the paper profile finds its datasets")
@@ -77,6 +78,15 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def seeds_arg(text: str) -> int | str:
+    if text == "plan":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number or 'plan', got {text!r}") from None
+
+
 def cmd_table(args) -> int:
     from tables.generate import generate
     from tasks.datasets import DatasetNotFoundError
@@ -91,6 +101,10 @@ def cmd_table(args) -> int:
     if args.profile not in PROFILES:
         print(f"error: unknown profile {args.profile!r}; choose from {', '.join(PROFILES)}", file=sys.stderr)
         return 2
+    if args.seeds == "plan" and args.name not in SPEED_SPECS:
+        from tables.seed_plan import planned_seeds
+
+        args.seeds = planned_seeds(args.name, args.profile)  # a ValueError (one line, exit 2) without one
     if args.seeds is not None and args.seeds < 1:
         print(f"error: --seeds must be at least 1, got {args.seeds}", file=sys.stderr)
         return 2

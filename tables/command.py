@@ -19,8 +19,8 @@ import argparse
 import sys
 
 from repro import heap
-from repro.third_party_warnings import filter_known
 from repro.methods import METHODS, list_methods
+from repro.third_party_warnings import filter_known
 from tables.cli import add_table_parser
 from tables.figures.cli import add_figure_parser
 from tasks.cli import add_train_parser

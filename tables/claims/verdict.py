@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,10 +50,27 @@ MOST_SEEDS = 100  # seeds_to_settle's limit
 ONE_RUN = "one run per curve: no estimate of the noise"
 
 
+# where seeds_note also hands its counts, while tables.seed_plan records a claim's check
+_RECORDING: contextvars.ContextVar[dict | None] = contextvars.ContextVar("seed_needs", default=None)
+
+
+@contextlib.contextmanager
+def recording_needs() -> Iterator[dict[str, int | None]]:
+    """Collect every count seeds_note is given inside the block (tables.seed_plan)."""
+    found: dict[str, int | None] = {}
+    token = _RECORDING.set(found)
+    try:
+        yield found
+    finally:
+        _RECORDING.reset(token)
+
+
 def seeds_note(needs: dict[str, int | None]) -> str:
     """What an inconclusive verdict would take: the seeds that would settle each unsettled comparison
     (`needs`, by name; only those whose spread is known), projected at the measured differences and
     spreads (tables.delta_interval.seeds_to_settle)."""
+    if (recording := _RECORDING.get()) is not None:
+        recording.update(needs)
     if not needs:
         return ""
     known = {k: n for k, n in needs.items() if n is not None}
