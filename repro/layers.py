@@ -61,7 +61,7 @@ def _epilogue(backend, acc, scale, dtype, fmt, axis=None) -> torch.Tensor:
     return out if fmt is None else out.contiguous(memory_format=fmt)
 
 
-def _conv_epilogue(backend, product, args, scale, dtype, fmt) -> torch.Tensor:
+def conv_epilogue(backend, product, args, scale, dtype, fmt) -> torch.Tensor:
     """backend.<product>(*args) dequantized as _epilogue does. Where the backend's products write the
     scaled float32 result themselves (kernels.cpu on the native route: the epilogue without its pass over
     the output, bit for bit the same values), they do."""
@@ -93,7 +93,7 @@ class _Int8ConvFunction(torch.autograd.Function):
         # torch's convolution gives its output the input's layout; channels_last_out keeps the backend's
         ctx.x_format = None if layer.channels_last_out else _memory_format(x)
         args = (xq, wq, *_op_geometry(geometry))
-        out = _conv_epilogue(backend, "conv_forward", args, sx * sw / QMAX**2, dtype, ctx.x_format)
+        out = conv_epilogue(backend, "conv_forward", args, sx * sw / QMAX**2, dtype, ctx.x_format)
         if bias is not None:
             out += bias.detach().to(dtype).reshape(1, -1, *([1] * (x.dim() - 2)))
         ctx.save_for_backward(xq, wq, sx, sw)
@@ -115,7 +115,7 @@ class _Int8ConvFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             args = (codes.gx, wq, list(ctx.x_shape), *_op_geometry(ctx.geometry))
             # in x's layout too: custom ops' backward read their output gradient's memory the same way
-            gx = _conv_epilogue(backend, "conv_input_grad", args, codes.gx_scale * sw / QMAX**2, gy.dtype,
+            gx = conv_epilogue(backend, "conv_input_grad", args, codes.gx_scale * sw / QMAX**2, gy.dtype,
                                 ctx.x_format)  # fmt: skip
         if ctx.needs_input_grad[1]:
             acc = backend.conv_weight_grad(xq, codes.gw, list(wq.shape), *_op_geometry(ctx.geometry))
