@@ -40,8 +40,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scale=
     writes it in its last pass over the output, the other routes run the epilogue after."""
     if not routes.torch_int8_fast():
         if out is None:
-            dtype = torch.int32 if scale is None else torch.float32
-            out = huge_pages(torch.empty((a.shape[0], b.shape[1]), dtype=dtype))
+            out = huge_pages(torch.empty((a.shape[0], b.shape[1]), dtype=torch.int32))
+            out = out if scale is None else native.as_float_view(out)
         return native.gemm(a, b, out, scale)
     if scale is not None:
         acc = dequantize(mm(a, b), scale, inplace=True)
@@ -113,7 +113,8 @@ def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, scale=N
         # weights as (Cout, prod(k) * a) with columns (k..., c), the order of the channels-last im2col
         wm = wq.movedim(1, -1).reshape(cout, ntap, a).contiguous()
     fused = scale is not None and groups == 1  # the grouped products below are assembled in int32
-    y = empty_cl((n, cout, *out), torch.float32 if fused else torch.int32)
+    y = empty_cl((n, cout, *out), torch.int32)
+    y = native.as_float_view(y) if fused else y
     ymat = y.movedim(1, -1).view(n * npos, cout)  # rows (n, o...), contiguous
     chunk = routes.batch_chunk(n, npos * ntap * cin, IM2COL_CHUNK_BYTES)
     for n0 in range(0, n, chunk):

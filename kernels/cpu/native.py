@@ -3,8 +3,10 @@ exact int8 GEMM for CPUs whose torch._int_mm is not exact, and the depthwise con
 
 ``scale`` (a float32 one-element tensor, or None): the GEMM and the depthwise forward and input gradient
 write float32 ``acc * scale`` instead of int32 ``acc``, with the dequantizing epilogue's arithmetic (the
-exact sum converted to fp32, one fp32 multiply), so bit for bit ``kernels.cpu.dequantize(acc, scale)``
-without that pass over the output."""
+exact sum converted to fp32, one fp32 multiply), so bit for bit ``kernels.cpu.dequantize(acc, scale,
+inplace=True)`` without that pass over the output; like that epilogue's result, a float32 view of an int32
+buffer (autograd adds a gradient into a view out of place, into a plain tensor in place, and which one it does
+decides the layout BatchNorm's backward then sees: tests/test_zoo.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +19,16 @@ def _scale_arg(scale: torch.Tensor | None) -> torch.Tensor | None:
     return None if scale is None else scale.detach().to("cpu", torch.float32).reshape(1).contiguous()
 
 
+def as_float_view(t: torch.Tensor) -> torch.Tensor:
+    """A new int32 buffer as the float32 view the scaled products write (see the module docstring)."""
+    return t.view(torch.float32)
+
+
 def _out(out: torch.Tensor | None, shape, scale) -> torch.Tensor:
     want = torch.int32 if scale is None else torch.float32
     if out is None:
-        return torch.empty(shape, dtype=want)
+        t = torch.empty(shape, dtype=torch.int32)
+        return t if scale is None else as_float_view(t)
     if out.dtype != want:
         raise TypeError(f"expected a {want} output, got {out.dtype}")
     return out

@@ -222,7 +222,9 @@ def conv_input_grad(
     if routes.native_depthwise(nd, groups, cin, cout):
         return native.depthwise_input_grad(gq, wq, input_shape, s, p, d, out_scale)
     a, b = cin // groups, cout // groups
-    dtype = torch.int32 if out_scale is None else torch.float32  # 0 and 0.0 have the same bits
+    # dx: int32, or with out_scale the float32 view of an int32 buffer (native.as_float_view); 0 and 0.0 have
+    # the same bits
+    as_dx = (lambda t: t) if out_scale is None else native.as_float_view
     # grouped: the transposed weight, per group (b, a, *k) -> (a, b, *k), flipped by the tap order below
     # (ungrouped weights are built per phase by tap_major_transposed)
     wt = None if groups == 1 else wq.reshape(groups, b, a, *k).transpose(1, 2).reshape(cin, b, *k)
@@ -230,7 +232,7 @@ def conv_input_grad(
     u8_cache: dict = {}  # g as uint8, converted once for all phases (if oneDNN runs)
     dx = None
     if any(plan is None for dim in plans for _, _, plan in dim):
-        dx = empty_cl(input_shape, dtype).zero_()  # some positions get no tap: they stay 0
+        dx = as_dx(empty_cl(input_shape, torch.int32).zero_())  # some positions get no tap: they stay 0
     for combo in itertools.product(*plans):
         if any(plan is None for _, _, plan in combo):
             continue
@@ -254,10 +256,10 @@ def conv_input_grad(
             y = _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, scale=out_scale)
             if tuple(y.shape[2:]) == input_shape[2:]:
                 return y  # stride 1: a single phase covering everything
-            dx = empty_cl(input_shape, dtype) if dx is None else dx
+            dx = as_dx(empty_cl(input_shape, torch.int32)) if dx is None else dx
             dx[dst] = y[(slice(None), slice(None)) + crop]
             continue
-        dx = empty_cl(input_shape, dtype) if dx is None else dx
+        dx = as_dx(empty_cl(input_shape, torch.int32)) if dx is None else dx
         # the phase's output goes straight into its positions of dx
         _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, dst=dx[dst], crop=crop, scale=out_scale)
     return dx
