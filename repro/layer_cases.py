@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
+from repro.layers import conv_epilogue
 from repro.quant import QMAX, absmax, quantize
 
 # (kind, count in the network, cin, input size, cout, kernel, stride, padding); read off torchvision's
@@ -104,20 +105,22 @@ class Case:
 
     def int8(self, op: str):
         """As repro.layers' autograd Functions run it: the backend's fused quantizer, the exact product,
-        the backend's dequantizing epilogue (GW with per-output-channel scales, DAIQ's GVQ)."""
+        the backend's dequantizing epilogue (inside the convolution products where the backend does that;
+        GW with per-output-channel scales, DAIQ's GVQ)."""
         b = self.backend
         if op == "fwd":
             xq, sx = b.absmax_quantize(self.x)
             wq, sw = b.absmax_quantize(self.w)
-            acc = b.conv_forward(xq, wq, *self.geometry) if self.conv else b.linear_forward(xq, wq)
-            return b.dequantize(acc, sx * sw / QMAX**2, inplace=True)
+            if self.conv:  # the epilogue inside the product where the backend has that (repro.layers)
+                args = (xq, wq, *self.geometry)
+                return conv_epilogue(b, "conv_forward", args, sx * sw / QMAX**2, torch.float32, None)
+            return b.dequantize(b.linear_forward(xq, wq), sx * sw / QMAX**2, inplace=True)
         if op == "dx":
             gq, sg = b.absmax_quantize(self.g, rounding="stochastic", generator=self.gen)
             if self.conv:
-                acc = b.conv_input_grad(gq, self.wq, self.x.shape, *self.geometry)
-            else:
-                acc = b.linear_input_grad(gq, self.wq)
-            return b.dequantize(acc, sg * self.sw / QMAX**2, inplace=True)
+                args = (gq, self.wq, list(self.x.shape), *self.geometry)
+                return conv_epilogue(b, "conv_input_grad", args, sg * self.sw / QMAX**2, torch.float32, None)
+            return b.dequantize(b.linear_input_grad(gq, self.wq), sg * self.sw / QMAX**2, inplace=True)
         gq, sc = b.absmax_quantize(self.g, axis=1, rounding="stochastic", generator=self.gen)
         if self.conv:
             acc = b.conv_weight_grad(self.xq, gq, self.w.shape, *self.geometry)

@@ -61,6 +61,17 @@ def _epilogue(backend, acc, scale, dtype, fmt, axis=None) -> torch.Tensor:
     return out if fmt is None else out.contiguous(memory_format=fmt)
 
 
+def conv_epilogue(backend, product, args, scale, dtype, fmt) -> torch.Tensor:
+    """backend.<product>(*args) dequantized as _epilogue does. Where the backend's products write the
+    scaled float32 result themselves (kernels.cpu on the native route: the epilogue without its pass over
+    the output, bit for bit the same values), they do."""
+    fused = getattr(backend, "epilogue_in_products", None)
+    if dtype == torch.float32 and fused is not None and fused():
+        out = getattr(backend, product)(*args, out_scale=scale)
+        return out if fmt is None else out.contiguous(memory_format=fmt)
+    return _epilogue(backend, getattr(backend, product)(*args), scale, dtype, fmt)
+
+
 def _op_geometry(geometry) -> tuple[list[int], list[int], list[int], int]:
     """(stride, padding, dilation, groups) as the custom ops' schema takes them (lists, not tuples)."""
     stride, padding, dilation, groups = geometry
@@ -81,13 +92,8 @@ class _Int8ConvFunction(torch.autograd.Function):
         dtype = _out_dtype(x)
         # torch's convolution gives its output the input's layout; channels_last_out keeps the backend's
         ctx.x_format = None if layer.channels_last_out else _memory_format(x)
-        out = _epilogue(
-            backend,
-            backend.conv_forward(xq, wq, *_op_geometry(geometry)),
-            sx * sw / QMAX**2,
-            dtype,
-            ctx.x_format,
-        )
+        args = (xq, wq, *_op_geometry(geometry))
+        out = conv_epilogue(backend, "conv_forward", args, sx * sw / QMAX**2, dtype, ctx.x_format)
         if bias is not None:
             out += bias.detach().to(dtype).reshape(1, -1, *([1] * (x.dim() - 2)))
         ctx.save_for_backward(xq, wq, sx, sw)
@@ -107,9 +113,10 @@ class _Int8ConvFunction(torch.autograd.Function):
         codes = ctx.quantizer.grad(gy, channel_axis=1)
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
-            acc = backend.conv_input_grad(codes.gx, wq, list(ctx.x_shape), *_op_geometry(ctx.geometry))
+            args = (codes.gx, wq, list(ctx.x_shape), *_op_geometry(ctx.geometry))
             # in x's layout too: custom ops' backward read their output gradient's memory the same way
-            gx = _epilogue(backend, acc, codes.gx_scale * sw / QMAX**2, gy.dtype, ctx.x_format)
+            gx = conv_epilogue(backend, "conv_input_grad", args, codes.gx_scale * sw / QMAX**2, gy.dtype,
+                                ctx.x_format)  # fmt: skip
         if ctx.needs_input_grad[1]:
             acc = backend.conv_weight_grad(xq, codes.gw, list(wq.shape), *_op_geometry(ctx.geometry))
             gw = _epilogue(backend, acc, _weight_grad_scale(codes, sx), ctx.w_dtype, None,

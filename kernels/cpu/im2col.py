@@ -13,6 +13,7 @@ import torch
 
 from . import native, routes
 from .memory import as_cl, empty_cl, huge_pages, is_cl
+from .quantizer import dequantize
 
 # weight grad: batch chunk such that the im2col of a chunk has about this many bytes (measured: 8 MB
 # beat 2 and 16 MB and an unchunked im2col, whose fresh >32 MB buffers cost page faults)
@@ -32,12 +33,19 @@ def mm_operand(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided((r, c), (c, 1), dtype=t.dtype).copy_(t)
 
 
-def mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Exact int8 (M, K) @ int8 (K, N) -> int32 (M, N) (into ``out``, a contiguous int32, if given)."""
+def mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scale=None) -> torch.Tensor:
+    """Exact int8 (M, K) @ int8 (K, N) -> int32 (M, N) (into ``out``, a contiguous int32, if given).
+
+    ``scale``: float32 acc * scale instead, bit for bit the dequantizing epilogue's result; the native GEMM
+    writes it in its last pass over the output, the other routes run the epilogue after."""
     if not routes.torch_int8_fast():
         if out is None:
             out = huge_pages(torch.empty((a.shape[0], b.shape[1]), dtype=torch.int32))
-        return native.gemm(a, b, out)
+            out = out if scale is None else native.as_float_view(out)
+        return native.gemm(a, b, out, scale)
+    if scale is not None:
+        acc = dequantize(mm(a, b), scale, inplace=True)
+        return acc if out is None else out.copy_(acc)
     if routes.int_mm_exact():
         a, b = mm_operand(a), mm_operand(b)
         if out is None:
@@ -79,8 +87,9 @@ def im2col(xp: torch.Tensor, k, s, d, out, channels_last: bool) -> torch.Tensor:
     return v.reshape(c * math.prod(k), n * math.prod(out))
 
 
-def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int) -> torch.Tensor:
-    """Exact convolution by im2col + _int_mm over batch chunks, channels-last int32 output.
+def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, scale=None) -> torch.Tensor:
+    """Exact convolution by im2col + _int_mm over batch chunks, channels-last int32 output (with ``scale``:
+    float32 acc * scale, as ``mm``).
 
     Groups are done blk at a time with a block-diagonal weight (zeros between the groups), so that
     depthwise convolutions are batched matmuls too.
@@ -92,7 +101,7 @@ def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int) -> torc
     ntap = math.prod(k)
     out = tuple((xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(nd))
     if routes.native_depthwise(nd, groups, cin, cout):
-        return native.depthwise_forward(xq, wq, s, p, d, out)
+        return native.depthwise_forward(xq, wq, s, p, d, out, scale)
     npos = math.prod(out)
     a, b = cin // groups, cout // groups
     blk = min(groups, max(1, 64 // max(a, b)))
@@ -103,7 +112,9 @@ def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int) -> torc
     else:
         # weights as (Cout, prod(k) * a) with columns (k..., c), the order of the channels-last im2col
         wm = wq.movedim(1, -1).reshape(cout, ntap, a).contiguous()
+    fused = scale is not None and groups == 1  # the grouped products below are assembled in int32
     y = empty_cl((n, cout, *out), torch.int32)
+    y = native.as_float_view(y) if fused else y
     ymat = y.movedim(1, -1).view(n * npos, cout)  # rows (n, o...), contiguous
     chunk = routes.batch_chunk(n, npos * ntap * cin, IM2COL_CHUNK_BYTES)
     for n0 in range(0, n, chunk):
@@ -114,11 +125,12 @@ def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int) -> torc
             g1 = min(groups, g0 + blk)
             cols = im2col(xp[:, g0 * a : g1 * a], k, s, d, out, True)  # (rows, prod(k) * B*a)
             if groups == 1:
-                mm(cols, wb, out=ymat[rows])
+                # (scale passed only when there is one: mm's three-argument form is a seam tests stand in at)
+                mm(cols, wb, out=ymat[rows]) if scale is None else mm(cols, wb, out=ymat[rows], scale=scale)
                 continue
             # block-diagonal weight (B*b, prod(k), B*a): group i of the block at [i*b.., :, i*a..]
             nb = g1 - g0
             wb = torch.zeros((nb, b, ntap, nb, a), dtype=wq.dtype)
             wb.diagonal(dim1=0, dim2=3).copy_(wm[g0 * b : g1 * b].view(nb, b, ntap, a).permute(1, 2, 3, 0))
             ymat[rows, g0 * b : g1 * b] = mm(cols, wb.view(nb * b, -1).t())
-    return y
+    return dequantize(y, scale, inplace=True) if scale is not None and not fused else y

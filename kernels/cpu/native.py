@@ -1,5 +1,12 @@
 """The CPU backend's own C++ products (kernels/cpu/csrc/gemm.cpp, depthwise.cpp) called through ctypes: an
-exact int8 GEMM for CPUs whose torch._int_mm is not exact, and the depthwise convolutions."""
+exact int8 GEMM for CPUs whose torch._int_mm is not exact, and the depthwise convolutions.
+
+``scale`` (a float32 one-element tensor, or None): the GEMM and the depthwise forward and input gradient
+write float32 ``acc * scale`` instead of int32 ``acc``, with the dequantizing epilogue's arithmetic (the
+exact sum converted to fp32, one fp32 multiply), so bit for bit ``kernels.cpu.dequantize(acc, scale,
+inplace=True)`` without that pass over the output; like that epilogue's result, a float32 view of an int32
+buffer (autograd adds a gradient into a view out of place, into a plain tensor in place, and which one it does
+decides the layout BatchNorm's backward then sees: tests/test_zoo.py)."""
 
 from __future__ import annotations
 
@@ -8,18 +15,37 @@ import torch
 from .runtime import int64_array, library, pointer
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Exact int8 (M, K) @ int8 (K, N) -> int32 (M, N), any strides; into `out` (int32, unit column
-    stride) if given."""
+def _scale_arg(scale: torch.Tensor | None) -> torch.Tensor | None:
+    return None if scale is None else scale.detach().to("cpu", torch.float32).reshape(1).contiguous()
+
+
+def as_float_view(t: torch.Tensor) -> torch.Tensor:
+    """A new int32 buffer as the float32 view the scaled products write (see the module docstring)."""
+    return t.view(torch.float32)
+
+
+def _out(out: torch.Tensor | None, shape, scale) -> torch.Tensor:
+    want = torch.int32 if scale is None else torch.float32
+    if out is None:
+        t = torch.empty(shape, dtype=torch.int32)
+        return t if scale is None else as_float_view(t)
+    if out.dtype != want:
+        raise TypeError(f"expected a {want} output, got {out.dtype}")
+    return out
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scale=None) -> torch.Tensor:
+    """Exact int8 (M, K) @ int8 (K, N) -> int32 (M, N), any strides; into `out` (unit column stride) if
+    given. With `scale`: float32 acc * scale (module docstring)."""
     lib = library()
     m, k = a.shape
     n = b.shape[1]
-    if out is None:
-        out = torch.empty((m, n), dtype=torch.int32)
+    scale = _scale_arg(scale)
+    out = _out(out, (m, n), scale)
     if out.stride(1) != 1 and n > 1:
         raise ValueError("gemm: out needs unit column stride")
     lib.rq_gemm_s8(m, n, k, pointer(a), a.stride(0), a.stride(1), pointer(b), b.stride(0), b.stride(1),
-                   pointer(out), out.stride(0))  # fmt: skip
+                   pointer(out), out.stride(0), pointer(scale))  # fmt: skip
     return out
 
 
@@ -31,30 +57,32 @@ def _channels_last_2d(t: torch.Tensor) -> torch.Tensor:
     )
 
 
-def _dw(fn, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, x_shape, out_hw, kernel, s, p, d) -> None:
+def _dw(fn, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, x_shape, out_hw, kernel, s, p, d, *scale):
     n, c, h, w = x_shape
     geometry = int64_array([n, c, h, w, *out_hw, *kernel, *s, *p, *d])
-    if getattr(library(), fn)(pointer(a), pointer(b), pointer(out), geometry):
+    if getattr(library(), fn)(pointer(a), pointer(b), pointer(out), geometry, *(pointer(t) for t in scale)):
         raise ValueError(f"depthwise kernel {tuple(kernel)} has more taps than the native kernels take")
 
 
-def depthwise_forward(x, w, s, p, d, out_hw) -> torch.Tensor:
+def depthwise_forward(x, w, s, p, d, out_hw, scale=None) -> torch.Tensor:
     """Depthwise 2-D convolution of int8 x (N, C, H, W) with w (C, 1, KH, KW), zero padding p: int32
-    (N, C, OH, OW), channels-last."""
+    (N, C, OH, OW), channels-last (with `scale`: float32 acc * scale)."""
     x = _channels_last_2d(x)
     n, c = x.shape[:2]
-    y = torch.empty((n, *out_hw, c), dtype=torch.int32)
-    _dw("rq_dw_forward", x, w.contiguous(), y, x.shape, out_hw, w.shape[2:], s, p, d)
+    scale = _scale_arg(scale)
+    y = _out(None, (n, *out_hw, c), scale)
+    _dw("rq_dw_forward", x, w.contiguous(), y, x.shape, out_hw, w.shape[2:], s, p, d, scale)
     return y.permute(0, 3, 1, 2)
 
 
-def depthwise_input_grad(g, w, x_shape, s, p, d) -> torch.Tensor:
+def depthwise_input_grad(g, w, x_shape, s, p, d, scale=None) -> torch.Tensor:
     """dL/dx (N, C, H, W) int32, channels-last, of a depthwise 2-D convolution, from the int8 output
-    gradient g (N, C, OH, OW)."""
+    gradient g (N, C, OH, OW) (with `scale`: float32 acc * scale)."""
     g = _channels_last_2d(g)
     n, c, h, wd = x_shape
-    dx = torch.empty((n, h, wd, c), dtype=torch.int32)
-    _dw("rq_dw_input_grad", g, w.contiguous(), dx, x_shape, g.shape[2:], w.shape[2:], s, p, d)
+    scale = _scale_arg(scale)
+    dx = _out(None, (n, h, wd, c), scale)
+    _dw("rq_dw_input_grad", g, w.contiguous(), dx, x_shape, g.shape[2:], w.shape[2:], s, p, d, scale)
     return dx.permute(0, 3, 1, 2)
 
 

@@ -70,6 +70,7 @@ import torch
 from ..geometry import check_grad_output, conv_geometry
 from . import im2col, native, onednn, routes
 from .memory import as_cl, empty_cl
+from .quantizer import dequantize
 
 # oneDNN convolutions: batch chunk such that a chunk's fp32 output has about this many bytes
 OUT_CHUNK_BYTES = 8 << 20
@@ -84,7 +85,7 @@ def _check(*tensors: torch.Tensor) -> None:
 
 
 def _conv_int(
-    xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, u8_cache=None, dst=None, crop=None
+    xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, u8_cache=None, dst=None, crop=None, scale=None
 ) -> torch.Tensor:
     """Exact int32 convolution of int8 x with int8 w, channels-last.
 
@@ -92,13 +93,17 @@ def _conv_int(
     ``dst``, ``crop``: write the spatial window ``crop`` (slices) of the result into the int32 view
     ``dst`` instead (returned), straight from each batch chunk's output: the input gradient's phases
     land in dx without an intermediate int32 tensor per phase (half its copies, measured).
+    ``scale``: the result as float32 acc * scale (``dst`` float32 then), bit for bit the epilogue's.
     """
     k = wq.shape[2:]
     out = [(xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(len(s))]
     window = (slice(None), slice(None)) + tuple(crop if crop is not None else ())
     depthwise = routes.native_depthwise(len(s), groups, xq.shape[1], wq.shape[0])
     if depthwise or not routes.onednn_exact() or routes.im2col_route(k, p, out, groups):
-        y = im2col.conv_exact(xq, wq, s, p, d, groups)
+        y = im2col.conv_exact(xq, wq, s, p, d, groups, scale)
+        return y if dst is None else dst.copy_(y[window])
+    if scale is not None:  # oneDNN: its exact int32 result, then the epilogue
+        y = dequantize(_conv_int(xq, wq, s, p, d, groups, u8_cache), scale, inplace=True)
         return y if dst is None else dst.copy_(y[window])
     if routes.onednn_bounded():
         # AMX: the output scan cannot see a rounded uncompensated sum; the weights must prove every block
@@ -150,11 +155,21 @@ def _conv_int(
 # public API
 
 
-def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
-    """y = conv(x, w) exactly (torch.nn.functional.conv{1,2,3}d semantics), int32 (N, Cout, *out)."""
+def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1, out_scale=None) -> torch.Tensor:
+    """y = conv(x, w) exactly (torch.nn.functional.conv{1,2,3}d semantics), int32 (N, Cout, *out).
+    ``out_scale`` (a one-element tensor): float32 y * out_scale instead, bit for bit ``dequantize(y,
+    out_scale)``; on the native route (``epilogue_in_products``) without a pass of its own."""
     _check(xq, wq)
     nd, s, p, d, k, out = conv_geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
-    return _conv_int(xq, wq, s, p, d, groups)
+    return _conv_int(xq, wq, s, p, d, groups, scale=out_scale)
+
+
+def epilogue_in_products() -> bool:
+    """Whether conv_forward's and conv_input_grad's ``out_scale`` saves the epilogue's pass here: on the
+    native route (AVX2 without VNNI) the GEMM and depthwise kernels write the scaled float32 result
+    themselves (the dequantizing epilogue took 4-6% of a ResNet-50 or MobileNetV2 step on a Zen 3,
+    docs/measurements.md). Elsewhere the products run the same epilogue after."""
+    return routes.conv_route() == "native"
 
 
 def _phases(length: int, out: int, k: int, s: int, p: int, d: int):
@@ -193,8 +208,11 @@ def tap_major_transposed(wq: torch.Tensor, taps) -> torch.Tensor:
     return out.permute(nd + 1, nd, *range(nd))
 
 
-def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
-    """dL/dx for dL/dy = g (torch.nn.grad.conv{N}d_input), int32 of shape input_shape."""
+def conv_input_grad(
+    gq, wq, input_shape, stride=1, padding=0, dilation=1, groups=1, out_scale=None
+) -> torch.Tensor:
+    """dL/dx for dL/dy = g (torch.nn.grad.conv{N}d_input), int32 of shape input_shape (``out_scale``: as
+    conv_forward's)."""
     _check(gq, wq)
     input_shape = tuple(int(a) for a in input_shape)
     nd, s, p, d, k, out = conv_geometry(input_shape, wq.shape, stride, padding, dilation, groups)
@@ -202,8 +220,11 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
     cout = wq.shape[0]
     check_grad_output(gq.shape, (n, cout, *out))
     if routes.native_depthwise(nd, groups, cin, cout):
-        return native.depthwise_input_grad(gq, wq, input_shape, s, p, d)
+        return native.depthwise_input_grad(gq, wq, input_shape, s, p, d, out_scale)
     a, b = cin // groups, cout // groups
+    # dx: int32, or with out_scale the float32 view of an int32 buffer (native.as_float_view); 0 and 0.0 have
+    # the same bits
+    as_dx = (lambda t: t) if out_scale is None else native.as_float_view
     # grouped: the transposed weight, per group (b, a, *k) -> (a, b, *k), flipped by the tap order below
     # (ungrouped weights are built per phase by tap_major_transposed)
     wt = None if groups == 1 else wq.reshape(groups, b, a, *k).transpose(1, 2).reshape(cin, b, *k)
@@ -211,7 +232,7 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
     u8_cache: dict = {}  # g as uint8, converted once for all phases (if oneDNN runs)
     dx = None
     if any(plan is None for dim in plans for _, _, plan in dim):
-        dx = empty_cl(input_shape, torch.int32).zero_()  # some positions get no tap: they stay 0
+        dx = as_dx(empty_cl(input_shape, torch.int32).zero_())  # some positions get no tap: they stay 0
     for combo in itertools.product(*plans):
         if any(plan is None for _, _, plan in combo):
             continue
@@ -232,15 +253,15 @@ def conv_input_grad(gq, wq, input_shape, stride=1, padding=0, dilation=1, groups
         phase = tuple(slice(phi, None, s[i]) for i, (phi, _, _) in enumerate(combo))
         dst = (slice(None), slice(None)) + phase
         if all(si == 1 for si in s):
-            y = _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache)
+            y = _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, scale=out_scale)
             if tuple(y.shape[2:]) == input_shape[2:]:
                 return y  # stride 1: a single phase covering everything
-            dx = empty_cl(input_shape, torch.int32) if dx is None else dx
+            dx = as_dx(empty_cl(input_shape, torch.int32)) if dx is None else dx
             dx[dst] = y[(slice(None), slice(None)) + crop]
             continue
-        dx = empty_cl(input_shape, torch.int32) if dx is None else dx
+        dx = as_dx(empty_cl(input_shape, torch.int32)) if dx is None else dx
         # the phase's output goes straight into its positions of dx
-        _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, dst=dx[dst], crop=crop)
+        _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, dst=dx[dst], crop=crop, scale=out_scale)
     return dx
 
 

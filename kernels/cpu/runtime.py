@@ -95,11 +95,13 @@ def library() -> ctypes.CDLL | None:
         fn.restype = i32
     lib.rq_dequantize.argtypes = (ptr, ptr, i32, i64, i64, i64, ptr, i32)
     lib.rq_dequantize.restype = None
-    lib.rq_gemm_s8.argtypes = (i64, i64, i64, ptr, i64, i64, ptr, i64, i64, ptr, i64)
+    lib.rq_gemm_s8.argtypes = (i64, i64, i64, ptr, i64, i64, ptr, i64, i64, ptr, i64, ptr)
     lib.rq_gemm_s8.restype = None
-    for fn in (lib.rq_dw_forward, lib.rq_dw_input_grad, lib.rq_dw_weight_grad):
-        fn.argtypes = (ptr, ptr, ptr, ptr)
+    for fn in (lib.rq_dw_forward, lib.rq_dw_input_grad):
+        fn.argtypes = (ptr, ptr, ptr, ptr, ptr)
         fn.restype = i32
+    lib.rq_dw_weight_grad.argtypes = (ptr, ptr, ptr, ptr)
+    lib.rq_dw_weight_grad.restype = i32
     lib.rq_round_float_format.argtypes = (ptr, ptr, i64, i32, i32, ctypes.c_float, ptr, ptr)
     lib.rq_round_float_format.restype = i64
     return lib

@@ -34,12 +34,17 @@ static inline __m256i load16(const int8_t* p) {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// vpmaddwd on unpacklo/hi pairs leaves channels (0-3, 8-11) in lo and (4-7, 12-15) in hi: put them back
-static inline void store16(int32_t* dst, __m256i lo, __m256i hi, bool accumulate) {
+// vpmaddwd on unpacklo/hi pairs leaves channels (0-3, 8-11) in lo and (4-7, 12-15) in hi: put them back.
+// scale (nullable): store (float)acc * scale instead, the dequantizing epilogue's arithmetic
+static inline void store16(int32_t* dst, __m256i lo, __m256i hi, bool accumulate, const float* scale = nullptr) {
     const __m256i c0 = _mm256_permute2x128_si256(lo, hi, 0x20), c1 = _mm256_permute2x128_si256(lo, hi, 0x31);
     __m256i* d0 = reinterpret_cast<__m256i*>(dst);
     __m256i* d1 = reinterpret_cast<__m256i*>(dst + 8);
-    if (accumulate) {
+    if (scale) {
+        const __m256 sv = _mm256_set1_ps(*scale);
+        _mm256_storeu_ps(reinterpret_cast<float*>(dst), _mm256_mul_ps(_mm256_cvtepi32_ps(c0), sv));
+        _mm256_storeu_ps(reinterpret_cast<float*>(dst + 8), _mm256_mul_ps(_mm256_cvtepi32_ps(c1), sv));
+    } else if (accumulate) {
         _mm256_storeu_si256(d0, _mm256_add_epi32(_mm256_loadu_si256(d0), c0));
         _mm256_storeu_si256(d1, _mm256_add_epi32(_mm256_loadu_si256(d1), c1));
     } else {
@@ -72,8 +77,9 @@ struct DwWeights {
     }
 };
 
-// out[c] = sum over taps of src[t][c] * w[c, t] for all channels
-static void gather_madd(const int8_t* const* src, const DwWeights& w, const int8_t* wraw, int32_t* out) {
+// out[c] = sum over taps of src[t][c] * w[c, t] for all channels (as float times *scale, if scale)
+static void gather_madd(const int8_t* const* src, const DwWeights& w, const int8_t* wraw, int32_t* out,
+                        const float* scale) {
     int64_t c0 = 0;
 #ifdef __AVX2__
     for (; c0 < w.C16; c0 += 16) {
@@ -87,18 +93,21 @@ static void gather_madd(const int8_t* const* src, const DwWeights& w, const int8
             lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), w0));
             hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), w1));
         }
-        store16(out + c0, lo, hi, false);
+        store16(out + c0, lo, hi, false, scale);
     }
 #endif
     for (; c0 < w.C; ++c0) {
         int32_t acc = 0;
         for (int t = 0; t < w.taps; ++t) acc += (int32_t)src[t][c0] * (int32_t)wraw[c0 * w.taps + t];
-        out[c0] = acc;
+        if (scale)
+            reinterpret_cast<float*>(out)[c0] = (float)acc * *scale;
+        else
+            out[c0] = acc;
     }
 }
 
 // y[n, oh, ow, c] = sum over taps of x[n, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw, c] * w[c, kh, kw]
-static void dw_forward(const int8_t* x, const int8_t* w, int32_t* y, const DwGeometry& g) {
+static void dw_forward(const int8_t* x, const int8_t* w, int32_t* y, const DwGeometry& g, const float* scale) {
     const int taps = g.KH * g.KW;
     const DwWeights wt(w, g.C, taps);
     const std::vector<int8_t> zeros(g.C, 0);
@@ -114,13 +123,13 @@ static void dw_forward(const int8_t* x, const int8_t* w, int32_t* y, const DwGeo
                     const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
                     src[kh * g.KW + kw] = in ? x + ((n * g.H + ih) * g.W + iw) * g.C : zeros.data();
                 }
-            gather_madd(src, wt, w, y + ((n * g.OH + oh) * g.OW + ow) * g.C);
+            gather_madd(src, wt, w, y + ((n * g.OH + oh) * g.OW + ow) * g.C, scale);
         }
     }
 }
 
 // dx[n, ih, iw, c] = sum over taps with ih = oh*sh - ph + kh*dh (and the same for w) of g[n, oh, ow, c] * w[c, kh, kw]
-static void dw_input_grad(const int8_t* gy, const int8_t* w, int32_t* dx, const DwGeometry& g) {
+static void dw_input_grad(const int8_t* gy, const int8_t* w, int32_t* dx, const DwGeometry& g, const float* scale) {
     const int taps = g.KH * g.KW;
     const DwWeights wt(w, g.C, taps);
     const std::vector<int8_t> zeros(g.C, 0);
@@ -140,7 +149,7 @@ static void dw_input_grad(const int8_t* gy, const int8_t* w, int32_t* dx, const 
                     src[kh * g.KW + kw] = in ? gy + ((n * g.OH + oh) * g.OW + ow) * g.C : zeros.data();
                 }
             }
-            gather_madd(src, wt, w, dx + ((n * g.H + ih) * g.W + iw) * g.C);
+            gather_madd(src, wt, w, dx + ((n * g.H + ih) * g.W + iw) * g.C, scale);
         }
     }
 }
@@ -217,17 +226,18 @@ static rq::DwGeometry dw_geometry(const int64_t* v) {
                           (int)v[10], (int)v[11], (int)v[12], (int)v[13]};
 }
 
-int rq_dw_forward(const int8_t* x, const int8_t* w, int32_t* y, const int64_t* geometry) {
+// forward and input gradient: with a scale (nullable) the output is float32, (float)acc * *scale
+int rq_dw_forward(const int8_t* x, const int8_t* w, int32_t* y, const int64_t* geometry, const float* scale) {
     const rq::DwGeometry g = dw_geometry(geometry);
     if (g.KH * g.KW > rq::MAX_TAPS) return 1;
-    rq::dw_forward(x, w, y, g);
+    rq::dw_forward(x, w, y, g, scale);
     return 0;
 }
 
-int rq_dw_input_grad(const int8_t* gy, const int8_t* w, int32_t* dx, const int64_t* geometry) {
+int rq_dw_input_grad(const int8_t* gy, const int8_t* w, int32_t* dx, const int64_t* geometry, const float* scale) {
     const rq::DwGeometry g = dw_geometry(geometry);
     if (g.KH * g.KW > rq::MAX_TAPS) return 1;
-    rq::dw_input_grad(gy, w, dx, g);
+    rq::dw_input_grad(gy, w, dx, g, scale);
     return 0;
 }
 

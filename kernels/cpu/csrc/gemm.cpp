@@ -9,6 +9,12 @@
 // alone (no barrier: under other load a barrier per block cost 30x, measured): it takes a range of rows,
 // or, for a long reduction with a small output (weight gradients), a range of K whose partial sums are
 // added at the end. Without AVX2 a plain loop computes the same.
+//
+// With a scale (rq_gemm_s8's last argument, nullable) C is float32: every result is written once as
+// (float)acc * scale, the dequantizing epilogue's arithmetic (quantize.cpp's dequantize: the exact int32
+// sum converted to fp32, one fp32 multiply), so the float result is bit-identical to the int32 GEMM
+// followed by the epilogue, without the epilogue's pass over the output. The int32 partial sums of
+// earlier K blocks go through the same memory.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -106,8 +112,10 @@ static void pack_block(const Operand& x, int64_t i0, int64_t n, int64_t k0, int6
 }
 
 // C tile (rows x cols of 8 x 8) = or += A panel . B panel over kp k pairs
+// scale (nullable): the last K block of a scaled GEMM, stored as float (the epilogue's arithmetic)
 __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a, const int32_t* b, int32_t* c,
-                                                   int64_t ldc, int rows, int cols, bool accumulate) {
+                                                   int64_t ldc, int rows, int cols, bool accumulate,
+                                                   const float* scale) {
 #ifdef __AVX2__
     __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
     for (int64_t p = 0; p < kp; ++p) {
@@ -127,7 +135,11 @@ __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a,
     if (rows == R && cols == R) {
         for (int r = 0; r < R; ++r) {
             __m256i* d = reinterpret_cast<__m256i*>(c + r * ldc);
-            _mm256_storeu_si256(d, accumulate ? _mm256_add_epi32(_mm256_loadu_si256(d), acc[r]) : acc[r]);
+            const __m256i v = accumulate ? _mm256_add_epi32(_mm256_loadu_si256(d), acc[r]) : acc[r];
+            if (scale)
+                _mm256_storeu_ps(reinterpret_cast<float*>(d), _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(*scale)));
+            else
+                _mm256_storeu_si256(d, v);
         }
         return;
     }
@@ -145,20 +157,27 @@ __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a,
         }
 #endif
     for (int r = 0; r < rows; ++r)
-        for (int n = 0; n < cols; ++n)
-            c[r * ldc + n] = accumulate ? (int32_t)((uint32_t)c[r * ldc + n] + (uint32_t)tile[r][n]) : tile[r][n];
+        for (int n = 0; n < cols; ++n) {
+            const int32_t v = accumulate ? (int32_t)((uint32_t)c[r * ldc + n] + (uint32_t)tile[r][n]) : tile[r][n];
+            if (scale)
+                reinterpret_cast<float*>(c)[r * ldc + n] = (float)v * *scale;
+            else
+                c[r * ldc + n] = v;
+        }
 }
 
 // C[m0:m1, :] (=, or += when `accumulate`) A[m0:m1, k0:k1] . B[k0:k1, :], by one thread
+// (scale: the epilogue applied with the last K block, k1)
 static void gemm_part(int64_t m0, int64_t m1, int64_t N, int64_t k0, int64_t k1, const Operand& a,
                       const Operand& b, int32_t* c, int64_t ldc, bool accumulate, std::vector<int32_t>& apack,
-                      std::vector<int32_t>& bpack) {
+                      std::vector<int32_t>& bpack, const float* scale) {
     for (int64_t jc = 0; jc < N; jc += NC) {
         const int64_t nc = std::min(NC, N - jc);
         for (int64_t pc = k0; pc < k1; pc += KC) {
             const int64_t kc = std::min(KC, k1 - pc), kp = (kc + 1) / 2;
             pack_block(b, jc, nc, pc, kc, bpack.data());
             const bool acc = accumulate || pc > k0;
+            const float* last = pc + kc == k1 ? scale : nullptr;
             for (int64_t ic = m0; ic < m1; ic += MC) {
                 const int64_t mc = std::min(MC, m1 - ic);
                 pack_block(a, ic, mc, pc, kc, apack.data());
@@ -166,15 +185,16 @@ static void gemm_part(int64_t m0, int64_t m1, int64_t N, int64_t k0, int64_t k1,
                     for (int64_t ir = 0; ir < mc; ir += R)
                         micro_kernel(kp, apack.data() + (ir / R) * kp * R, bpack.data() + (jr / R) * kp * R,
                                      c + (ic + ir) * ldc + jc + jr, ldc, (int)std::min<int64_t>(R, mc - ir),
-                                     (int)std::min<int64_t>(R, nc - jr), acc);
+                                     (int)std::min<int64_t>(R, nc - jr), acc, last);
             }
         }
     }
 }
 
-static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t* c, int64_t ldc) {
+static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t* c, int64_t ldc,
+                 const float* scale) {
     if (M == 0 || N == 0) return;
-    if (K == 0) {
+    if (K == 0) {  // 0 and 0.0f have the same bits
         for (int64_t m = 0; m < M; ++m) std::memset(c + m * ldc, 0, N * sizeof(int32_t));
         return;
     }
@@ -191,7 +211,7 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
         {
             std::vector<int32_t> ap(a_size), bp(b_size);
             const int64_t t = omp_get_thread_num(), m0 = std::min(M, t * step), m1 = std::min(M, m0 + step);
-            if (m0 < m1) gemm_part(m0, m1, N, 0, K, a, b, c, ldc, false, ap, bp);
+            if (m0 < m1) gemm_part(m0, m1, N, 0, K, a, b, c, ldc, false, ap, bp, scale);
         }
         return;
     }
@@ -205,7 +225,7 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
         int32_t* dst = t == 0 ? c : partial[t - 1].data();
         const int64_t ld = t == 0 ? ldc : N;
         if (k0 < k1) {
-            gemm_part(0, M, N, k0, k1, a, b, dst, ld, false, ap, bp);
+            gemm_part(0, M, N, k0, k1, a, b, dst, ld, false, ap, bp, nullptr);
         } else {
             for (int64_t m = 0; m < M; ++m) std::memset(dst + m * ld, 0, N * sizeof(int32_t));
         }
@@ -214,16 +234,21 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
         for (int64_t m = 0; m < M; ++m)
             for (int64_t n = 0; n < N; ++n)
                 c[m * ldc + n] = (int32_t)((uint32_t)c[m * ldc + n] + (uint32_t)partial[t - 1][m * N + n]);
+    if (scale)
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n)
+                reinterpret_cast<float*>(c)[m * ldc + n] = (float)c[m * ldc + n] * *scale;
 }
 
 }  // namespace rq
 
 extern "C" {
 
-// C[m * ldc + n] = sum_k A[m * sam + k * sak] * B[k * sbk + n * sbn]
+// C[m * ldc + n] = sum_k A[m * sam + k * sak] * B[k * sbk + n * sbn]; with a scale (nullable) C is float32
+// and holds (float)sum * *scale
 void rq_gemm_s8(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, int64_t sak, const int8_t* B,
-                int64_t sbk, int64_t sbn, int32_t* C, int64_t ldc) {
-    rq::gemm(M, N, K, rq::Operand{A, sam, sak}, rq::Operand{B, sbn, sbk}, C, ldc);
+                int64_t sbk, int64_t sbn, int32_t* C, int64_t ldc, const float* scale) {
+    rq::gemm(M, N, K, rq::Operand{A, sam, sak}, rq::Operand{B, sbn, sbk}, C, ldc, scale);
 }
 
 }  // extern "C"
