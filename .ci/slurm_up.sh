@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A one-node Slurm on localhost, for the Slurm executor's tests and for trying `EXECUTOR=slurm` on one
 # machine (docs/cluster.md). Idempotent: installs Debian's slurm-wlm and munge where they are missing and
-# apt is usable (root), writes /etc/slurm/slurm.conf unless one is there that this script did not write (a
-# real cluster's node: then it only checks that Slurm answers), starts munged, slurmctld and slurmd where
-# they are not running, and waits until `srun -n1 true` answers. Exit 0: Slurm answers; 1: it cannot be had.
-# .ci/slurm_down.sh stops what this started. `--install-only` (make setup) installs the packages and stops.
+# apt is usable (root); writes /etc/slurm/slurm.conf, unless one is there that this script did not write (a
+# real cluster's node: then it only checks that Slurm answers); starts munged, slurmctld and slurmd where
+# they are not running (restarts the two when the conf changed); waits until `srun -n1 true` answers.
+# Exit 0: Slurm answers; 1: it cannot be had. `--install-only` (make setup) installs the packages and stops.
+# .ci/slurm_down.sh stops what this started.
 set -euo pipefail
 install_only=false
 [[ ${1:-} == --install-only ]] && install_only=true
@@ -15,10 +16,50 @@ mark="# written by .ci/slurm_up.sh"
 answers() { timeout 5 scontrol ping >/dev/null 2>&1 && timeout 10 srun -n1 -t1 true >/dev/null 2>&1; }
 # running, not a zombie (PID 1 of a container may not reap the daemons' exited processes)
 running() { ps -C "$1" -o stat= | grep -qv '^Z'; }
+ours() { [[ ! -f $conf ]] || grep -qF "$mark" "$conf"; }
+
+conf_text() {
+    local host cpus mem_mib real_mem
+    host=$(hostname -s)
+    cpus=$(nproc)
+    mem_mib=$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
+    real_mem=$((mem_mib > 2048 ? mem_mib - 1024 : mem_mib / 2)) # a GiB under the machine's, for the OS
+    cat <<EOF
+$mark, for one node on localhost ($host)
+ClusterName=repro
+SlurmctldHost=$host
+AuthType=auth/munge
+CredType=cred/munge
+# a requeued job waits cred_expire seconds before it starts again (default 120): the requeue tests wait less
+AuthInfo=cred_expire=20
+SlurmUser=slurm
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+SchedulerType=sched/backfill
+# the tests wait on jobs: the scheduler looks at once rather than every few seconds
+SchedulerParameters=sched_min_interval=0
+# a job that asks nothing of memory gets its CPUs' share, so that one-CPU jobs run side by side
+DefMemPerCPU=$((real_mem / cpus))
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ReturnToService=2
+NodeName=$host CPUs=$cpus RealMemory=$real_mem State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+}
 
 if ! $install_only && command -v srun >/dev/null && command -v scontrol >/dev/null && answers; then
-    echo "slurm_up: Slurm already answers ($(scontrol ping | head -n1))"
-    exit 0
+    if ! ours || [[ $(conf_text) == "$(cat "$conf")" ]]; then
+        echo "slurm_up: Slurm already answers ($(scontrol ping | head -n1))"
+        exit 0
+    fi
 fi
 installed() { command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null; }
 if ! installed; then
@@ -35,7 +76,7 @@ if $install_only; then
     echo "slurm_up: slurm-wlm and munge are installed ($(slurmd -V))"
     exit 0
 fi
-if [[ -f $conf ]] && ! grep -qF "$mark" "$conf"; then
+if ! ours; then
     echo "slurm_up: $conf was not written by this script and Slurm does not answer; not touching it" >&2
     exit 1
 fi
@@ -56,41 +97,19 @@ if ! running munged; then
     runuser -u munge -- munged --force
 fi
 
-host=$(hostname -s)
-cpus=$(nproc)
-mem_mib=$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
-real_mem=$((mem_mib > 2048 ? mem_mib - 1024 : mem_mib / 2))  # a GiB under the machine's, for the OS
 mkdir -p /etc/slurm /var/lib/slurm/slurmctld /var/lib/slurm/slurmd /var/log/slurm
 chown slurm:slurm /var/lib/slurm/slurmctld /var/log/slurm
-cat >"$conf.tmp" <<EOF
-$mark, for one node on localhost ($host)
-ClusterName=repro
-SlurmctldHost=$host
-AuthType=auth/munge
-CredType=cred/munge
-SlurmUser=slurm
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-SchedulerType=sched/backfill
-# a job asks nothing of memory: it gets its CPUs' share, so that jobs of one CPU each run side by side
-DefMemPerCPU=$((real_mem / cpus))
-StateSaveLocation=/var/lib/slurm/slurmctld
-SlurmdSpoolDir=/var/lib/slurm/slurmd
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
-SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
-ReturnToService=2
-# the tests wait on jobs: the scheduler looks at once rather than every few seconds
-SchedulerParameters=sched_min_interval=0
-NodeName=$host CPUs=$cpus RealMemory=$real_mem State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
-EOF
-mv "$conf.tmp" "$conf"
-
+if [[ ! -f $conf || $(conf_text) != "$(cat "$conf")" ]]; then
+    conf_text >"$conf.tmp"
+    mv "$conf.tmp" "$conf"
+    for pidfile in /run/slurmd.pid /run/slurmctld.pid; do # restarted below with the new conf
+        [[ -s $pidfile ]] && kill "$(cat "$pidfile")" 2>/dev/null || true
+    done
+    for _ in $(seq 20); do
+        running slurmctld || running slurmd || break
+        sleep 0.5
+    done
+fi
 if ! running slurmctld; then
     slurmctld
 fi
@@ -100,7 +119,7 @@ fi
 deadline=$((SECONDS + 30))
 while ((SECONDS < deadline)); do
     if answers; then
-        echo "slurm_up: Slurm answers on $host ($cpus CPUs, ${real_mem} MiB for jobs)"
+        echo "slurm_up: Slurm answers on $(hostname -s) ($(nproc) CPUs)"
         exit 0
     fi
     sleep 1
