@@ -235,3 +235,38 @@ def _plan_cells(spec):
     from tables.generate import make_plan
 
     return make_plan(spec, "smoke", [0], None, None).cells
+
+
+@pytest.mark.slow
+def test_a_cell_on_two_tasks_of_one_job_is_the_torchrun_run_of_it(slurm, tmp_path):
+    """torch.distributed set up from Slurm's environment (two gloo CPU ranks in one job) trains the cell
+    as torchrun's two processes do."""
+    from tables.cells import Cache, Cell
+    from tables.slurm_job import CellJob
+    from tasks import datasets as D
+
+    D.ensure_digits()  # made here, not raced by the ranks
+    cell = Cell.make(task="classification", model="resnet18", method="daiq", options={}, seed=0,
+                     profile="smoke", paper_dataset="imagenet", data_root=None,
+                     recipe_version=None)  # fmt: skip
+    two_tasks = {"ntasks_per_node": 2, "cpus_per_task": 1, "time": 10}
+    job = CellJob(cell, "test", "top1", str(tmp_path / "cache"), str(tmp_path / "work"), None,
+                  resources=two_tasks)  # fmt: skip
+    queue = SlurmQueue(two_tasks)
+    job_id = queue.submit(job, f"repro-{cell.key}", tmp_path / "slurm")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    cmd += ["-m", "tasks.classification", "--launcher", "pytorch", "--json", "--model", "resnet18"]
+    cmd += ["--method", "daiq", "--profile", "smoke", "--paper-dataset", "imagenet"]
+    torchrun = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+    assert torchrun.returncode == 0, torchrun.stderr[-3000:]
+    theirs = json.loads(next(line for line in torchrun.stdout.splitlines() if line.startswith("{")))
+    deadline = time.time() + 300
+    while f"repro-{cell.key}" in queue.live() and time.time() < deadline:
+        time.sleep(1)
+    entry = Cache(tmp_path / "cache").load(cell)
+    assert entry is not None, (tmp_path / "slurm" / f"{job_id}_0_log.err").read_text()[-3000:]
+    assert entry["executor"]["tasks"] == 2 and entry["executor"]["job_id"] == job_id
+    ours = entry["result"]
+    for field in ("iters", "top1", "val_correct", "final_loss", "diverged"):
+        assert ours[field] == theirs[field], field
