@@ -207,8 +207,11 @@ FIGURE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DATA_ROOT),--
 
 .PHONY: figures $(FIGURES)
 
+# The figures' runs train here whatever EXECUTOR says (the Slurm executor takes the tables' cells only, so far).
+not_on_slurm = $(if $(filter-out local,$(EXECUTOR)),echo "make: EXECUTOR=$(EXECUTOR) applies to the tables; the figures' runs train here" >&2;)
+
 figures:
-	@$(call in_jobs,figure $(FIGURES) $(FIGURE_ARGS),runs)
+	@$(not_on_slurm) $(call in_jobs,figure $(FIGURES) $(FIGURE_ARGS),runs)
 
 $(FIGURES):
-	@$(call in_jobs,figure $@ $(FIGURE_ARGS),runs)
+	@$(not_on_slurm) $(call in_jobs,figure $@ $(FIGURE_ARGS),runs)
