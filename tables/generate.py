@@ -212,11 +212,14 @@ def run_cells(
     runner_options: dict[str, Any] | None = None,
     cached_only: bool = False,
     shared: SharedTraining | None = None,
+    executor: Any = None,
 ) -> dict[str, Outcome]:
     """Run every cell the cache lacks; return the outcome of every cell of the plan. `runner_options` go
     to the runner beside each cell's own arguments (e.g. skip_bad_samples). With `cached_only` nothing
     runs: the cells the cache lacks have no outcome (the table shows them pending). `shared`: the task's
-    cells that train one run (tables.shared_training); a cell whose twin is cached is scored from it."""
+    cells that train one run (tables.shared_training); a cell whose twin is cached is scored from it.
+    `executor`: None trains the cells in this process; a tables.slurm_executor.SlurmCells hands each to a
+    Slurm job and waits for them (their results land in the same cache)."""
     cells = plan.cells
     outcomes: dict[str, Outcome] = {}
     todo = []
@@ -241,6 +244,16 @@ def run_cells(
         # the time left is the postfix's (tables.time_left), not tqdm's mean time a cell
         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
     )
+    if executor is not None:
+        try:
+            executor.run(
+                plan, cache, todo, outcomes, work_root=work_root, log_root=log_root, runner=runner,
+                runner_options=dict(runner_options or {}), shared=shared, bar=bar,
+                jobs_root=work_root.parent / "slurm",
+            )  # fmt: skip
+        finally:
+            bar.close()
+        return outcomes
     session = _Session(plan, cache, runner, work_root, log_root, bar, dict(runner_options or {}), shared)
     try:
         waiting = []
@@ -327,37 +340,69 @@ class _Session:
         return "" if left is None else f", about {tqdm.format_interval(left)} left"
 
     def run(self, cell: Cell) -> Outcome:
-        metric = self.plan.spec.metric
-        work_dir = self.work_root / cell.key
-        start, cpu_start = time.perf_counter(), time.process_time()
-        log = _cell_log(self.log_root, cell)
-        try:
-            with log as stream, contextlib.redirect_stdout(stream or sys.stdout), _warnings_to(stream):
-                raw = self.runner(**cell.spec.run_arguments(), work_dir=str(work_dir), **self.runner_options)
-            result = result_dict(raw)
-            if not result.get("diverged") and result.get(metric) is None:
-                raise ValueError(f"the run finished without a {metric!r} and did not diverge")
-        except DatasetNotFoundError:
-            raise  # the same for every cell of the table: it stops before writing (one line, exit 2)
-        except NonFiniteError as err:
-            # A divergence that escaped the task: a result like any other, cached.
-            result = {"diverged": True, metric: None, "note": f"runner raised {one_line(err)}"}
-        except Exception as err:  # noqa: BLE001 - reported per cell; the table goes on
-            work_dir.mkdir(parents=True, exist_ok=True)
-            (work_dir / "error.txt").write_text(traceback.format_exc())
-            where = work_dir if self.log_root is None else f"{work_dir} and {self.log_root / cell.key}.log"
-            self.bar.write(f"{self.plan.spec.name}: {cell.describe()} failed: {one_line(err)} (see {where})")
-            return Outcome(error=one_line(err))
-        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-        how = ran_with()
-        path = self.cache.store(cell, result, elapsed, how, cpu)
-        shutil.rmtree(work_dir, ignore_errors=True)
-        if result.get("skipped_samples"):  # --skip-bad-samples: never silent
-            n = len(result["skipped_samples"])
-            self.bar.write(
-                f"{self.plan.spec.name}: {cell.describe()} skipped {n} bad samples (listed in {path})"
-            )
-        return Outcome(result=result, elapsed_s=elapsed, ran_with=how, cpu_s=cpu)
+        return train_cell(
+            cell, self.plan.spec.metric, self.cache, self.runner, self.work_root, self.log_root,
+            self.runner_options, self.bar.write, self.plan.spec.name,
+        )  # fmt: skip
+
+
+def train_cell(
+    cell: Cell,
+    metric: str,
+    cache: Cache,
+    runner: Runner,
+    work_root: Path,
+    log_root: Path | None,
+    runner_options: Mapping[str, Any],
+    say: Callable[[str], Any],
+    table: str,
+    record: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """Train one cell in its work dir and cache it; the same wherever it runs (this process, a Slurm job:
+    tables.slurm_job). The caller holds the cell's claim. `say` prints a line beside the progress bar;
+    `record`: where it ran (the executor and its resources), kept in the cache entry, not its key."""
+    work_dir = work_root / cell.key
+    start, cpu_start = time.perf_counter(), time.process_time()
+    log = _cell_log(log_root, cell)
+    try:
+        with log as stream, contextlib.redirect_stdout(stream or sys.stdout), _warnings_to(stream):
+            raw = runner(**cell.spec.run_arguments(), work_dir=str(work_dir), **runner_options)
+        result = result_dict(raw)
+        if not result.get("diverged") and result.get(metric) is None:
+            raise ValueError(f"the run finished without a {metric!r} and did not diverge")
+    except DatasetNotFoundError:
+        raise  # the same for every cell of the table: it stops before writing (one line, exit 2)
+    except NonFiniteError as err:
+        # A divergence that escaped the task: a result like any other, cached.
+        result = {"diverged": True, metric: None, "note": f"runner raised {one_line(err)}"}
+    except Exception as err:  # noqa: BLE001 - reported per cell; the table goes on
+        work_dir.mkdir(parents=True, exist_ok=True)
+        (work_dir / "error.txt").write_text(traceback.format_exc())
+        where = work_dir if log_root is None else f"{work_dir} and {log_root / cell.key}.log"
+        say(f"{table}: {cell.describe()} failed: {one_line(err)} (see {where})")
+        return Outcome(error=one_line(err))
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    how = ran_with()
+    path = cache.store(cell, result, elapsed, how, cpu, record)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    if result.get("skipped_samples"):  # --skip-bad-samples: never silent
+        n = len(result["skipped_samples"])
+        say(f"{table}: {cell.describe()} skipped {n} bad samples (listed in {path})")
+    return Outcome(result=result, elapsed_s=elapsed, ran_with=how, cpu_s=cpu)
+
+
+def cell_executor(executor: str | Any, resources: Mapping[str, Any] | None) -> Any:
+    """None for local processes, the Slurm executor for "slurm" (DESIGN seam 6), an object as given."""
+    if executor in (None, "local"):
+        return None
+    if executor == "slurm":
+        from tables.slurm_executor import SlurmCells, SlurmQueue
+        from tables.slurm_resources import slurm_resources
+
+        return SlurmCells(SlurmQueue(dict(resources) if resources is not None else slurm_resources()))
+    if isinstance(executor, str):
+        raise ValueError(f"unknown executor {executor!r}; choose from local, slurm")
+    return executor
 
 
 def cached_outcome(entry: Mapping[str, Any]) -> Outcome:
@@ -422,6 +467,8 @@ def generate(
     cached_only: bool = False,
     compiled: bool = False,
     shared: SharedTraining | None = None,
+    executor: str | Any = "local",
+    slurm_resources: Mapping[str, Any] | None = None,
 ) -> Generated:
     """Run the missing cells of one table and write results/<name>.md, .csv and .meta.json.
 
@@ -432,6 +479,9 @@ def generate(
     `compiled`: every cell trains under torch.compile (MMEngine's compile=True); its arithmetic differs
     from eager in the stochastic-rounding stream, so the cells' numerics (and keys) name it. `shared`:
     which cells train one run (tables.shared_training); by default the task's, none for an injected runner.
+    `executor`: "local" trains the cells in this process; "slurm" hands each to a Slurm job with
+    `slurm_resources` (tables.slurm_resources) and waits for them (tables.slurm_executor); or an executor
+    object (tests). Where a cell trained changes neither its key nor its cache entry's result.
     """
     from tables import render
 
@@ -462,8 +512,9 @@ def generate(
         options["cfg_options"] = {"compile": True}
     start = time.perf_counter()
     outcomes = run_cells(
-        plan, cache, runner, results_dir / "work", progress, log_root, options, cached_only, shared
-    )
+        plan, cache, runner, results_dir / "work", progress, log_root, options, cached_only, shared,
+        cell_executor(executor, slurm_resources),
+    )  # fmt: skip
     wall = time.perf_counter() - start
 
     frame, meta = render.summarize(plan, outcomes)

@@ -1,0 +1,92 @@
+"""What one cell's Slurm job asks for, read from the one place a user edits (docs/cluster.md).
+
+    resources = slurm_resources(config="slurm.toml", args="partition=gpu gpus_per_node=4 time=720")
+
+Lowest first: DEFAULTS; the config file (TOML, its [slurm] table; `--slurm-config`, else $REPRO_SLURM_CONFIG,
+else ./slurm.toml when there is one); `SLURM_ARGS=` / `--slurm-args` (space- or comma-separated key=value).
+Keys are submitit's SlurmExecutor parameters (partition, time in minutes, nodes, ntasks_per_node,
+cpus_per_task, gpus_per_node, mem, account, qos, constraint, ...); any other key is an sbatch option of its
+own name (`reservation=x` becomes `#SBATCH --reservation=x`). GPUS_PER_CELL and NODES_PER_CELL, the
+Makefile's names, are gpus_per_node and nodes. The resources go into each cell's cache entry (where it ran
+and on what), never into its key: a cell is the same cell wherever it trains.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+# A job one CPU a cell (the same arithmetic as `make JOBS=nproc` locally); an hour, past submitit's 5 minutes.
+DEFAULTS: dict[str, Any] = {"cpus_per_task": 1, "time": 60}
+ALIASES = {"gpus_per_cell": "gpus_per_node", "nodes_per_cell": "nodes"}
+CONFIG_ENV = "REPRO_SLURM_CONFIG"
+DEFAULT_CONFIG = "slurm.toml"
+
+
+def executor_parameters() -> set[str]:
+    """The names submitit's SlurmExecutor takes (sbatch's own, with underscores)."""
+    from submitit import SlurmExecutor
+
+    return set(SlurmExecutor._valid_parameters())
+
+
+def parse_args(text: str | None) -> dict[str, Any]:
+    """`key=value` pairs, separated by spaces or commas; values that read as numbers become numbers."""
+    out: dict[str, Any] = {}
+    for item in re.split(r"[\s,]+", (text or "").strip()):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"SLURM_ARGS: {item!r} is not key=value")
+        out[key.strip().lstrip("-").replace("-", "_").lower()] = _number(value)
+    return out
+
+
+def _number(value: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def config_path(config: str | os.PathLike | None) -> Path | None:
+    """The config file in force: the one named, else $REPRO_SLURM_CONFIG, else ./slurm.toml if present."""
+    if config:
+        return Path(config)
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV])
+    return Path(DEFAULT_CONFIG) if Path(DEFAULT_CONFIG).is_file() else None
+
+
+def slurm_resources(config: str | os.PathLike | None = None, args: str | None = None) -> dict[str, Any]:
+    """The submitit SlurmExecutor parameters every cell's job gets (a ValueError names a bad file or key)."""
+    merged = dict(DEFAULTS)
+    path = config_path(config)
+    if path is not None:
+        if not path.is_file():
+            raise ValueError(f"Slurm config {path}: no such file")
+        import tomllib  # Python 3.11 and later
+
+        try:
+            table = tomllib.loads(path.read_text()).get("slurm", {})
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"Slurm config {path}: {err}") from err
+        merged.update({str(k).replace("-", "_").lower(): v for k, v in table.items()})
+    merged.update(parse_args(args))
+    valid = executor_parameters()
+    extra = dict(merged.pop("additional_parameters", None) or {})
+    out: dict[str, Any] = {}
+    for key, value in merged.items():
+        key = ALIASES.get(key, key)
+        if key in valid:
+            out[key] = value
+        else:  # an sbatch option submitit has no parameter for
+            extra[key] = value
+    if extra:
+        out["additional_parameters"] = extra
+    return out
