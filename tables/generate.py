@@ -101,14 +101,15 @@ class Outcome:
 JOBS_ENV = "REPRO_TABLE_JOBS"  # set by `make <table> JOBS=n`: n table processes share the machine
 
 
+def table_jobs() -> int:
+    """How many table processes share the machine (`make JOBS=n`)."""
+    return max(1, int(os.environ.get(JOBS_ENV) or 1))
+
+
 def ran_with() -> dict[str, Any]:
     """How this process shares the machine: its threads, how many table processes run at once, and the
-    device its cells train on (tasks.device_choice)."""
-    return {
-        "threads": torch.get_num_threads(),
-        "jobs": max(1, int(os.environ.get(JOBS_ENV) or 1)),
-        "device": trained_on(),
-    }
+    device its cells train on (tasks.device_choice), as a finished cell records it."""
+    return {"threads": torch.get_num_threads(), "jobs": table_jobs(), "device": trained_on()}
 
 
 @dataclass
@@ -336,7 +337,7 @@ class _Session:
             elif outcome.elapsed_s and not outcome.shared_from:
                 # CPU time where smaller: a pause (SIGSTOP) inflates the wall time, not it
                 timed[cell] = min(outcome.elapsed_s, outcome.cpu_s or outcome.elapsed_s)
-        left = seconds_left(pending, timed, ran_with()["jobs"])
+        left = seconds_left(pending, timed, table_jobs())
         return "" if left is None else f", about {tqdm.format_interval(left)} left"
 
     def run(self, cell: Cell) -> Outcome:

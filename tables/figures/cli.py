@@ -52,12 +52,12 @@ def cmd_figure(args) -> int:
         print(f"error: unknown profile {args.profile!r}; choose from {', '.join(PROFILES)}", file=sys.stderr)
         return 2
     from tables.figures.runs import ensure
-    from tables.generate import ran_with
+    from tables.generate import table_jobs
     from tasks.device_choice import use_device
 
     use_device(args.device)  # a ValueError (one line, exit 2) where the device is not here
 
-    if len(names) > 1 and ran_with()["jobs"] > 1:
+    if len(names) > 1 and table_jobs() > 1:
         # `make figures JOBS=n`: n processes share the runs out, so each trains every figure's runs first
         # rather than waiting, figure by figure, for the other's
         try:

@@ -39,7 +39,7 @@ from repro.recorder import load
 from tables import provenance
 from tables.cells import Claim, normalize_options
 from tables.figures.run_order import estimated_work, longest_first
-from tables.generate import ran_with
+from tables.generate import table_jobs
 from tables.render import describe_dataset
 from tables.time_left import seconds_left_by_work
 from tasks import classification, recipe_version
@@ -355,7 +355,7 @@ def time_left(trains: dict[Path, str], profile: str) -> str:
             pending.append(work)
         elif seconds := json.loads(result.read_text()).get("meta", {}).get("elapsed_s"):
             timed.append((work, seconds))
-    left = seconds_left_by_work(pending, timed, ran_with()["jobs"])
+    left = seconds_left_by_work(pending, timed, table_jobs())
     return "" if left is None else f", about {tqdm.format_interval(left)} left"
 
 
