@@ -1,5 +1,7 @@
 """The Slurm executor (DESIGN seam 6): a plan's pending cells go to Slurm, one job a cell, through submitit;
 this process submits, watches and reports, and the generator renders the table as after a local run.
+Figure runs (tables.figures.runs) and `repro train` (tables.slurm_train) go the same way, one job a run,
+through the same loop (SlurmCells.run_jobs) and with the same guarantees.
 
     outcomes = SlurmCells(queue=SlurmQueue(resources)).run(plan, cache, todo, outcomes, ...)
 
@@ -41,8 +43,9 @@ STDERR_LINES = 4  # of a failed job's stderr, in its cell's outcome
 POLL_S = 1.0
 
 
-def job_name(cell: Cell) -> str:
-    return f"{JOB_PREFIX}{cell.key}"
+def job_name(unit: Any) -> str:
+    """A job's name in Slurm, by which a parent started again finds it: repro-<its cell's or run's key>."""
+    return f"{JOB_PREFIX}{unit.key}"
 
 
 class SlurmQueue:
@@ -77,26 +80,28 @@ class SlurmQueue:
 
 @dataclass
 class Watched:
-    cell: Cell
+    unit: Any  # what the job runs: a Cell, a figure run, a training (anything with .key and .describe())
     job_id: str
     state: str = "PENDING"
 
 
 @dataclass
 class SlurmCells:
-    """Runs a plan's pending cells on `queue` (SlurmQueue; tests hand in submitit's local executor)."""
+    """Runs work on `queue` (SlurmQueue; tests hand in stand-ins and submitit's local executor), one job a
+    piece: a plan's pending cells (`run`), and through `run_jobs` any other (figure runs, `repro train`)."""
 
     queue: Any
     poll_s: float = POLL_S
     watched: dict[str, Watched] = field(default_factory=dict)
-    failed: list[str] = field(default_factory=list)  # the failed cells' job ids
+    failed: list[str] = field(default_factory=list)  # the failed jobs' ids
+    errors: dict[str, str] = field(default_factory=dict)  # a failed piece's key -> why, never resubmitted
 
     def run(
         self, plan, cache: Cache, todo: list[Cell], outcomes: dict, *, work_root: Path, log_root: Path | None,
         runner, runner_options: dict, shared, bar, jobs_root: Path,
     ) -> None:  # fmt: skip
         """Bring every cell of `todo` to an outcome (cached, or failed with its job's stderr)."""
-        from tables.generate import known_outcome
+        from tables.generate import Outcome, known_outcome
 
         task_runner = _own_task_runner(runner, plan.spec.task)
         template = CellJob(
@@ -105,58 +110,86 @@ class SlurmCells:
             log_root=str(log_root.resolve()) if log_root else None, runner=None if task_runner else runner,
             runner_options=dict(runner_options), resources=dict(getattr(self.queue, "resources", {})),
         )  # fmt: skip
-        waiting = list(todo)
+
+        def done(cell: Cell, ran: bool) -> bool:
+            known = known_outcome(cache, cell, shared)
+            if known is not None:  # cached by its job, or meanwhile (or its twin was: tables.shared_training)
+                outcomes[cell.key] = dataclasses.replace(known, cached=False) if ran else known
+            return known is not None
+
+        def held(cell: Cell) -> bool:
+            if shared and any(t.key in self.watched for t in shared.twins(cell)):
+                return True  # one training serves both: its twin's job trains it
+            return claimed_elsewhere(CellClaim(work_root, cell))  # a local process is training it
+
+        def failed(cell: Cell, error: str) -> None:
+            outcomes[cell.key] = Outcome(error=error)
+            bar.write(f"{plan.spec.name}: {cell.describe()} failed: {error}")
+
+        self.run_jobs(
+            todo, job=lambda cell: dataclasses.replace(template, cell=cell), done=done, held=held, failed=failed,
+            bar=bar, jobs_root=jobs_root,
+        )  # fmt: skip
+
+    def run_jobs(self, todo: list, *, job, done, held, failed, bar, jobs_root: Path) -> None:
+        """Bring every piece of `todo` (each with .key and .describe()) to its end, one Slurm job a piece:
+        `done(piece, ran)` says whether its result is there (ran: its job just ended), `held(piece)` that
+        something else is producing it (wait, submit nothing), `job(piece)` is the callable its job runs,
+        and `failed(piece, why)` is told a job that ended without its result. A live job of the piece's
+        name (an earlier parent's) is waited for, not submitted again. Each piece moves `bar` on by one."""
+        waiting = []
+        for unit in todo:
+            if unit.key in self.errors:  # failed earlier in this process (another figure needs it too)
+                failed(unit, self.errors[unit.key])
+                bar.update(1)
+            else:
+                waiting.append(unit)
         while waiting or self.watched:
             snapshot = time.time()
             live = self.queue.live()
             for key, w in list(self.watched.items()):
-                if job_name(w.cell) in live:
-                    w.job_id, w.state = live[job_name(w.cell)]
+                if job_name(w.unit) in live:
+                    w.job_id, w.state = live[job_name(w.unit)]
                     continue
                 del self.watched[key]
-                known = known_outcome(cache, w.cell, shared)
-                if known is not None:
-                    outcomes[key] = dataclasses.replace(known, cached=False)
+                if done(w.unit, True):
                     bar.update(1)
                 elif not _submitted(jobs_root / key, w.job_id):
-                    waiting.append(w.cell)  # its submission never reached the job: submit it again
+                    waiting.append(w.unit)  # its submission never reached the job: submit it again
                 else:
-                    outcomes[key] = _failed(jobs_root / key, w.job_id)
+                    self.errors[key] = job_error(jobs_root / key, w.job_id)
                     self.failed.append(w.job_id)
+                    failed(w.unit, self.errors[key])
                     bar.update(1)
-                    bar.write(f"{plan.spec.name}: {w.cell.describe()} failed: {outcomes[key].error}")
             still = []
-            for cell in waiting:
-                known = known_outcome(cache, cell, shared)
-                if known is not None:  # cached meanwhile, or its twin was (tables.shared_training)
-                    outcomes[cell.key] = known
+            for unit in waiting:
+                if done(unit, False):  # finished meanwhile
                     bar.update(1)
-                elif job_name(cell) in live:  # a job an earlier parent submitted: wait for it
-                    self.watched[cell.key] = Watched(cell, *live[job_name(cell)])
-                elif shared and any(t.key in self.watched for t in shared.twins(cell)):
-                    still.append(cell)  # one training serves both: its twin's job trains it
-                elif _claimed_elsewhere(work_root, cell):
-                    still.append(cell)  # a local process is training it: its cache entry will come
+                elif job_name(unit) in live:  # a job an earlier parent submitted: wait for it
+                    self.watched[unit.key] = Watched(unit, *live[job_name(unit)])
+                elif held(unit):
+                    still.append(unit)
                 else:
-                    job_id = self._submit(dataclasses.replace(template, cell=cell), jobs_root, snapshot)
-                    self.watched[cell.key] = Watched(cell, job_id)
+                    job_id = self._submit(job(unit), unit, jobs_root, snapshot)
+                    self.watched[unit.key] = Watched(unit, job_id)
             waiting = still
             bar.set_postfix_str(self.status(len(waiting)), refresh=True)
             if waiting or self.watched:
                 time.sleep(self.poll_s)
 
-    def _submit(self, job: CellJob, jobs_root: Path, snapshot: float) -> str:
-        """Submit the cell's job, unless another parent did since `snapshot` (then wait for that one)."""
-        folder = jobs_root / job.cell.key
+    def _submit(self, job: Any, unit: Any, jobs_root: Path, snapshot: float) -> str:
+        """Submit the piece's job, unless another parent did since `snapshot` (then wait for that one)."""
+        folder = jobs_root / unit.key
         lock = Claim(folder / "submit.lock")
         lock.acquire(wait=True)
         try:
             last = _records(folder)[-1:]
             if last and last[0]["submitted_at"] > snapshot:
                 return str(last[0]["job_id"])
-            job_id = self.queue.submit(job, job_name(job.cell), folder)
+            job_id = self.queue.submit(job, job_name(unit), folder)
+            resources = dict(getattr(self.queue, "resources", {}))
             record = {"job_id": job_id, "submitted_at": time.time(), "executor": self.queue.name,
-                      "resources": job.resources, "cell": job.cell.describe()}  # fmt: skip
+                      "resources": resources, "what": unit.describe()}  # fmt: skip
             lines = [json.dumps(r, sort_keys=True) for r in [*_records(folder), record]]
             write_file(folder / "jobs.jsonl", "\n".join(lines) + "\n")
             return job_id
@@ -194,8 +227,8 @@ def _own_task_runner(runner, task: str) -> bool:
         return False
 
 
-def _claimed_elsewhere(work_root: Path, cell: Cell) -> bool:
-    claim = CellClaim(work_root, cell)
+def claimed_elsewhere(claim: Claim) -> bool:
+    """Whether another process holds `claim` (checking leaves no lock file behind where none was)."""
     if not claim.path.exists():
         return False
     if claim.acquire(wait=False):
@@ -217,11 +250,9 @@ def _submitted(folder: Path, job_id: str) -> bool:
     return (folder / f"{job_id}_submitted.pkl").exists()
 
 
-def _failed(folder: Path, job_id: str):
-    from tables.generate import Outcome
-
-    tail = stderr_tail(folder, job_id)
-    return Outcome(error=f"Slurm job {job_id} ended without a result: {tail or 'no stderr'}")
+def job_error(folder: Path, job_id: str) -> str:
+    """Why a job that ended without its result failed: its id and the tail of its stderr."""
+    return f"Slurm job {job_id} ended without a result: {stderr_tail(folder, job_id) or 'no stderr'}"
 
 
 def stderr_tail(folder: Path, job_id: str, lines: int = STDERR_LINES) -> str:
