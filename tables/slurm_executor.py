@@ -127,8 +127,8 @@ class SlurmCells:
             bar.write(f"{plan.spec.name}: {cell.describe()} failed: {error}")
 
         self.run_jobs(
-            todo, job=lambda cell: dataclasses.replace(template, cell=cell), done=done, held=held, failed=failed,
-            bar=bar, jobs_root=jobs_root,
+            todo, job=lambda cell: dataclasses.replace(template, cell=cell), done=done, held=held,
+            failed=failed, bar=bar, jobs_root=jobs_root,
         )  # fmt: skip
 
     def run_jobs(self, todo: list, *, job, done, held, failed, bar, jobs_root: Path) -> None:
