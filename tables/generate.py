@@ -392,15 +392,17 @@ def train_cell(
     return Outcome(result=result, elapsed_s=elapsed, ran_with=how, cpu_s=cpu)
 
 
-def cell_executor(executor: str | Any, resources: Mapping[str, Any] | None) -> Any:
-    """None for local processes, the Slurm executor for "slurm" (DESIGN seam 6), an object as given."""
+def cell_executor(executor: str | Any, resources: Mapping[str, Any] | None, device: str | None = None) -> Any:
+    """None for local processes, the Slurm executor for "slurm" (DESIGN seam 6), an object as given. A
+    Slurm job trains on `device` (tasks.device_choice), chosen where it runs."""
     if executor in (None, "local"):
         return None
     if executor == "slurm":
         from tables.slurm_executor import SlurmCells, SlurmQueue
         from tables.slurm_resources import slurm_resources
 
-        return SlurmCells(SlurmQueue(dict(resources) if resources is not None else slurm_resources()))
+        queue = SlurmQueue(dict(resources) if resources is not None else slurm_resources())
+        return SlurmCells(queue, device=device)
     if isinstance(executor, str):
         raise ValueError(f"unknown executor {executor!r}; choose from local, slurm")
     return executor

@@ -92,6 +92,7 @@ class SlurmCells:
 
     queue: Any
     poll_s: float = POLL_S
+    device: str | None = None  # where the jobs train (tasks.device_choice): chosen in the job, where it runs
     watched: dict[str, Watched] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)  # the failed jobs' ids
     errors: dict[str, str] = field(default_factory=dict)  # a failed piece's key -> why, never resubmitted
@@ -109,6 +110,7 @@ class SlurmCells:
             cache_dir=str(cache.root.resolve()), work_root=str(work_root.resolve()),
             log_root=str(log_root.resolve()) if log_root else None, runner=None if task_runner else runner,
             runner_options=dict(runner_options), resources=dict(getattr(self.queue, "resources", {})),
+            device=self.device,
         )  # fmt: skip
 
         def done(cell: Cell, ran: bool) -> bool:

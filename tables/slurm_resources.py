@@ -90,3 +90,37 @@ def slurm_resources(config: str | os.PathLike | None = None, args: str | None = 
     if extra:
         out["additional_parameters"] = extra
     return out
+
+
+def add_executor_arguments(parser, what: str) -> None:
+    """--executor, --slurm-args and --slurm-config on a command whose `what` ("the cells") may train as
+    Slurm jobs (`repro table`, `repro figure`, `repro train`)."""
+    cluster = parser.add_argument_group("executor (docs/cluster.md)")
+    cluster.add_argument(
+        "--executor",
+        choices=("local", "slurm"),
+        default="local",
+        help=f"where {what} train: in this process (default), or each as a Slurm job through submitit",
+    )
+    cluster.add_argument(
+        "--slurm-args",
+        default=None,
+        help="a job's resources, key=value each (partition=gpu time=120 cpus_per_task=8 gpus_per_node=1 "
+        "...), over the config file's",
+    )
+    cluster.add_argument(
+        "--slurm-config",
+        default=None,
+        help=f"TOML file with a [slurm] table of the same keys (default: ${CONFIG_ENV}, else "
+        f"./{DEFAULT_CONFIG})",
+    )
+
+
+def executor_resources(args) -> dict[str, Any] | None:
+    """The jobs' resources for `--executor slurm`, None for local; a ValueError (one line, exit 2) for a bad
+    file or key, or for --slurm-args / --slurm-config without --executor slurm."""
+    if args.executor == "slurm":
+        return slurm_resources(args.slurm_config, args.slurm_args)
+    if args.slurm_args or args.slurm_config:
+        raise ValueError("--slurm-args and --slurm-config apply with --executor slurm")
+    return None

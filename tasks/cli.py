@@ -23,6 +23,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from mmengine.config import DictAction
 
@@ -139,24 +140,13 @@ def cmd_train(args) -> int:
         close_process_group()
 
 
-def _train(args) -> int:
-    from tasks.bad_data import BadDataError, one_line_error
-    from tasks.datasets import DatasetNotFoundError
-    from tasks.device_choice import trained_on, use_device
-    from tasks.out_of_memory import RunFailed
-    from tasks.runner import summary
-
-    task = get_task(args.task)
+def run_arguments(args) -> dict[str, Any] | int:
+    """The task's run(**arguments) the command's arguments ask for, or an exit status where they are wrong
+    (its one-line error printed); the same wherever the run trains (here, or a Slurm job)."""
     config = getattr(args, "config", None)
     if not args.model and config is None:  # --model '' names no model either
         print("error: --model is required (or --config for --task detection)", file=sys.stderr)
         return 2
-    if args.profile == "paper" and args.work_dir is None and _rank() == 0:
-        print(
-            "repro: no --work-dir: this run keeps no checkpoints and cannot resume if stopped",
-            file=sys.stderr,
-        )
-    use_device(args.device)  # a ValueError (one line, exit 2) where the device is not here
     cfg_options = dict(args.cfg_options or {})
     if args.checkpoint_interval is not None:
         if not args.checkpoint_interval >= 0:
@@ -170,21 +160,41 @@ def _train(args) -> int:
         cfg_options["launcher"] = args.launcher
     if args.compile:
         cfg_options["compile"] = True
-    try:
-        result = task.run(
-            args.model or Path(config).stem,
-            args.method,
-            profile=args.profile,
-            seed=args.seed,
-            method_options=dict(args.method_options or {}),
-            data_root=args.data_root,
-            work_dir=args.work_dir,
-            cfg_options=cfg_options or None,
-            skip_bad_samples=bool(getattr(args, "skip_bad_samples", False)),
-            # each task has its own default paper dataset
-            **({} if args.paper_dataset is None else {"paper_dataset": args.paper_dataset}),
-            **({} if config is None else {"config": config}),
+    return dict(
+        model=args.model or Path(config).stem,
+        method=args.method,
+        profile=args.profile,
+        seed=args.seed,
+        method_options=dict(args.method_options or {}),
+        data_root=args.data_root,
+        work_dir=args.work_dir,
+        cfg_options=cfg_options or None,
+        skip_bad_samples=bool(getattr(args, "skip_bad_samples", False)),
+        # each task has its own default paper dataset
+        **({} if args.paper_dataset is None else {"paper_dataset": args.paper_dataset}),
+        **({} if config is None else {"config": config}),
+    )
+
+
+def _train(args) -> int:
+    from tasks.bad_data import BadDataError, one_line_error
+    from tasks.datasets import DatasetNotFoundError
+    from tasks.device_choice import trained_on, use_device
+    from tasks.out_of_memory import RunFailed
+    from tasks.runner import summary
+
+    task = get_task(args.task)
+    arguments = run_arguments(args)
+    if isinstance(arguments, int):
+        return arguments
+    if args.profile == "paper" and args.work_dir is None and _rank() == 0:
+        print(
+            "repro: no --work-dir: this run keeps no checkpoints and cannot resume if stopped",
+            file=sys.stderr,
         )
+    use_device(args.device)  # a ValueError (one line, exit 2) where the device is not here
+    try:
+        result = task.run(**arguments)
     except (DatasetNotFoundError, BadDataError) as err:
         print(f"error: {one_line_error(err)}", file=sys.stderr)
         return 2

@@ -1,24 +1,30 @@
-"""The Slurm executor's logic without a Slurm (tables/slurm_executor.py): submit, re-attach, report.
+"""The Slurm executor's logic without a Slurm (tables/slurm_executor.py): submit, re-attach, report; for a
+table's cells, a figure's runs (tables/figures/runs.py) and `repro train` (tables/slurm_train.py).
 
-An in-process queue stands in for Slurm (a job runs at the next look at the queue), and one test goes
-through submitit's local executor (each job a subprocess, the cell pickled there and back). The same on a
-real Slurm: tests/test_slurm_cluster.py.
+An in-process queue stands in for Slurm (a job runs at the next look at the queue), and two tests go
+through submitit's local executor (each job a subprocess, the cell or run pickled there and back). The same
+on a real Slurm: tests/test_slurm_cluster.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
 import traceback
 
+import numpy as np
 import pytest
 
+from atomic_files import write_folder
 from tables.cells import Cache
 from tables.command import main as repro_main
+from tables.figures.runs import RUNS, ensure, run_folder
 from tables.generate import generate
-from tables.slurm_executor import SlurmCells, job_name, stderr_tail
+from tables.slurm_executor import JOB_PREFIX, SlurmCells, job_name, stderr_tail
 from tables.slurm_resources import DEFAULTS, parse_args, slurm_resources
+from tasks.runner import RunResult
 
 
 def fake_run(**kw):
@@ -49,7 +55,7 @@ class InlineQueue:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{job_id}_submitted.pkl").write_bytes(b"")
         self.jobs[name] = (job_id, job, folder)
-        self.submitted.append(job.cell.key)
+        self.submitted.append(name.removeprefix(JOB_PREFIX))
         return job_id
 
     def live(self):
@@ -135,26 +141,32 @@ def test_a_submission_that_never_reached_its_job_is_submitted_again(tmp_path):
     assert queue.submitted[0] == queue.submitted[-1]
 
 
+class LocalQueue:
+    """submitit's LocalExecutor as the queue: each job a subprocess. A figure run's job gets `trainer`."""
+
+    name, resources = "local", {}
+
+    def __init__(self, trainer=None):
+        self.jobs, self.trainer = {}, trainer
+
+    def submit(self, job, name, folder):
+        import submitit
+
+        if self.trainer is not None and hasattr(job, "trainer"):
+            job = dataclasses.replace(job, trainer=self.trainer)
+        executor = submitit.LocalExecutor(folder=folder)
+        executor.update_parameters(timeout_min=5)
+        self.jobs[name] = executor.submit(job)
+        return str(self.jobs[name].job_id)
+
+    def live(self):
+        return {n: (j.job_id, "RUNNING") for n, j in self.jobs.items() if not j.done()}
+
+
 @pytest.mark.slow
 def test_cells_go_through_submitits_local_executor_and_back(tmp_path):
     """Each job a subprocess (submitit's LocalExecutor): the cell, its runner and the outcome pickled."""
     import cloudpickle
-    import submitit
-
-    class LocalQueue:
-        name, resources = "local", {}
-
-        def __init__(self):
-            self.jobs = {}
-
-        def submit(self, job, name, folder):
-            executor = submitit.LocalExecutor(folder=folder)
-            executor.update_parameters(timeout_min=5)
-            self.jobs[name] = executor.submit(job)
-            return str(self.jobs[name].job_id)
-
-        def live(self):
-            return {n: (j.job_id, "RUNNING") for n, j in self.jobs.items() if not j.done()}
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the job's process cannot import tests/
     try:
@@ -204,3 +216,134 @@ def test_the_command_takes_the_executor_and_refuses_slurm_args_without_it(tmp_pa
     assert "apply with --executor slurm" in capsys.readouterr().err
     assert repro_main(["table", "table2", "--executor", "slurm", "--slurm-args", "time"]) == 2
     assert "not key=value" in capsys.readouterr().err
+
+
+def fake_train(spec, profile, folder, data_root, log, record=None):
+    """A stand-in for a figure run's training (tables.figures.runs.train): writes its folder as train does;
+    fails for UI8's MobileNet without clipping."""
+    if spec.name == "ui8-mobilenet-noclip":
+        raise RuntimeError("boom: this run cannot train")
+
+    def fill(tmp):
+        meta = {"spec": spec.name, **({"executor": record} if record else {})}
+        (tmp / "result.json").write_text(json.dumps({"result": {"top1": 50.0 + spec.seed}, "meta": meta}))
+        (tmp / "records.json").write_text(json.dumps({"records": [], "curves": {}, "config": {}}))
+        np.savez(tmp / "samples.npz")
+
+    write_folder(folder, fill)
+
+
+FIGURE_RUNS = ["ui8-mobilenet-fp32", "ui8-mobilenet-ui8"]
+
+
+def test_figure_runs_are_jobs_a_live_one_waited_for_and_none_submitted_twice(tmp_path, monkeypatch):
+    monkeypatch.setattr("tables.figures.runs.train", fake_train)
+    root = tmp_path / "figures" / "runs"
+    live, pending = (run_folder(root, RUNS[n], "smoke", None) for n in FIGURE_RUNS)
+    queue = InlineQueue(hold={f"{JOB_PREFIX}{live.name}": "77"})  # an earlier parent's job, still running
+    calls, real_live = {"n": 0}, queue.live
+
+    def live_then_done():  # the held job finishes (its run written) on the third look
+        calls["n"] += 1
+        if calls["n"] == 3:
+            fake_train(RUNS[FIGURE_RUNS[0]], "smoke", live, None, None)
+            queue.hold.clear()
+        return real_live()
+
+    queue.live = live_then_done
+    runs = ensure(FIGURE_RUNS, "smoke", tmp_path, progress=False, executor=SlurmCells(queue, poll_s=0))
+    assert queue.submitted == [pending.name] and set(runs) == set(FIGURE_RUNS)
+    assert runs[FIGURE_RUNS[1]].meta["executor"]["name"] == "slurm"
+    assert runs[FIGURE_RUNS[1]].meta["executor"]["resources"] == queue.resources
+    (record,) = (tmp_path / "figures" / "slurm" / pending.name / "jobs.jsonl").read_text().splitlines()
+    assert json.loads(record)["what"] == f"figure run {FIGURE_RUNS[1]}"
+    again = InlineQueue()
+    ensure(FIGURE_RUNS, "smoke", tmp_path, progress=False, executor=SlurmCells(again, poll_s=0))
+    assert again.submitted == []  # all written
+
+
+def test_a_failed_figure_run_is_its_job_and_stderr_and_is_submitted_once_for_all_figures(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr("tables.figures.runs.train", fake_train)
+    queue = InlineQueue()
+    monkeypatch.setattr("tables.slurm_executor.SlurmQueue", lambda resources, python=None: queue)
+    # both figures draw UI8's MobileNet without clipping, whose job fails; UI8 Figure 2 also draws FP32's
+    argv = ["figure", "ui8-figure2", "ui8-supplement-figure1", "--profile", "smoke", "--no-progress"]
+    assert repro_main([*argv, "--results-dir", str(tmp_path), "--executor", "slurm"]) == 1
+    err = capsys.readouterr().err
+    assert sorted(queue.submitted) == sorted(
+        run_folder(tmp_path / "figures" / "runs", RUNS[n], "smoke", None).name
+        for n in ("ui8-mobilenet-fp32", "ui8-mobilenet-noclip")
+    )  # each once, though two figures need the failed one
+    for figure in ("ui8-figure2", "ui8-supplement-figure1"):
+        assert f"error: {figure}: RuntimeError: figure run ui8-mobilenet-noclip: Slurm job 10" in err
+    assert "RuntimeError: boom: this run cannot train" in err
+
+
+def fake_task_run(model, method, **kw):
+    """A stand-in for the classification task's run: a RunResult; fails for DAIQ."""
+    if method == "daiq":
+        raise RuntimeError("boom: fake failure")
+    return RunResult(task="classification", model=model, method=method, profile=kw["profile"],
+                     paper_dataset="imagenet", dataset="digits", seed=kw["seed"], epochs=1, iters=6,
+                     final_loss=0.5, diverged=False, ms_per_iter=1.0,
+                     scores={"top1": 50.0 + kw["seed"]})  # fmt: skip
+
+
+def test_repro_train_on_slurm_prints_what_a_local_run_prints_and_keeps_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tasks.classification.run", fake_task_run)
+    queue = InlineQueue()
+    monkeypatch.setattr("tables.slurm_executor.SlurmQueue", lambda resources, python=None: queue)
+    argv = ["train", "--model", "resnet18", "--method", "ui8", "--profile", "smoke", "--seed", "1"]
+    slurm = ["--executor", "slurm", "--results-dir", str(tmp_path), "--slurm-args", "time=5"]
+    for json_flag in (["--json"], []):
+        assert repro_main([*argv, *json_flag]) == 0
+        local = capsys.readouterr().out
+        assert repro_main([*argv, *json_flag, *slurm]) == 0
+        out = capsys.readouterr()
+        assert out.out == local and len(queue.submitted) == 1  # the second time, the kept result
+    assert "the result kept in" in out.err and "trained by Slurm job" in out.err
+    (folder,) = (tmp_path / "train").iterdir()
+    body = json.loads((folder / "result.json").read_text())
+    assert body["executor"]["resources"] == queue.resources and not (folder / "work").exists()
+
+    assert repro_main([*argv[:4], "daiq", *argv[5:], *slurm]) == 1  # its job fails
+    err = capsys.readouterr().err
+    assert "error: classification resnet18 daiq (smoke, seed 1): Slurm job 102 ended without a result" in err
+    assert "RuntimeError: boom: fake failure" in err
+    assert repro_main([*argv, *slurm, "--launcher", "pytorch"]) == 2
+    assert "sets it up itself" in capsys.readouterr().err
+    assert repro_main([*argv, "--slurm-args", "time=5"]) == 2
+    assert "apply with --executor slurm" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_figure_runs_and_a_training_go_through_submitits_local_executor_and_back(tmp_path, capsys):
+    """Each job a subprocess: a figure run (one written, one failed) and `repro train`'s run."""
+    import argparse
+
+    import cloudpickle
+
+    from tables.slurm_train import train_on_slurm
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the job's process cannot import tests/
+    try:
+        executor = SlurmCells(LocalQueue(trainer=fake_train), poll_s=0.2)
+        with pytest.raises(RuntimeError, match="figure run ui8-mobilenet-noclip: Slurm job .*boom"):
+            ensure(["ui8-mobilenet-noclip", "ui8-mobilenet-fp32"], "smoke", tmp_path, progress=False,
+                   executor=executor)  # fmt: skip
+        (run,) = ensure(["ui8-mobilenet-fp32"], "smoke", tmp_path, progress=False, executor=executor).values()
+        assert run.meta["executor"]["name"] == "slurm" and run.result["top1"] == 50.0
+
+        args = argparse.Namespace(
+            task="classification", model="resnet18", method="ui8", profile="smoke", seed=2, config=None,
+            paper_dataset=None, data_root=None, work_dir=None, checkpoint_interval=None,
+            skip_bad_samples=False, method_options=None, cfg_options=None, launcher="none", compile=False,
+            device=None, json=True, results_dir=str(tmp_path),
+        )  # fmt: skip
+        assert train_on_slurm(args, SlurmCells(LocalQueue(), poll_s=0.2), runner=fake_task_run) == 0
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    record = json.loads(capsys.readouterr().out)
+    assert record["top1"] == 52.0 and record["method"] == "ui8" and record["device"].startswith("cpu")

@@ -1,12 +1,13 @@
 """`repro figure NAME ...`: draw the papers' figures (and UI8 Table 1) from recorded trainings.
 
     repro figure ui8-figure3 [--profile embedded] [--results-dir results] [--data-root D]
-    repro figure all
+    repro figure all [--executor slurm [--slurm-args "partition=gpu time=120"] [--slurm-config F]]
 
 Trains the recorded runs a figure needs that are not cached (results/figures/runs/; a killed run
 resumes from its last checkpoint in results/figures/work/, finished ones are kept) and writes
-results/figures/<name>.png and .csv. Exit status: 0 written, 1 a figure failed, 2 bad arguments, 130
-interrupted.
+results/figures/<name>.png and .csv. `--executor slurm` trains each of those runs as a Slurm job, all of
+the figures' at once (docs/cluster.md), and draws here. Exit status: 0 written, 1 a figure failed, 2 bad
+arguments, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import time
 
 from tables.figures.registry import get_figure, list_figures, make
+from tables.slurm_resources import add_executor_arguments, executor_resources
 from tasks import PROFILES
 
 
@@ -35,6 +37,7 @@ def add_figure_parser(subparsers):
         default=None,
         help="cuda or cpu (default: cuda when present); cuda without a GPU is an error",
     )
+    add_executor_arguments(p, "the runs")
     p.set_defaults(func=cmd_figure)
     return p
 
@@ -52,17 +55,21 @@ def cmd_figure(args) -> int:
         print(f"error: unknown profile {args.profile!r}; choose from {', '.join(PROFILES)}", file=sys.stderr)
         return 2
     from tables.figures.runs import ensure
-    from tables.generate import table_jobs
+    from tables.generate import cell_executor, table_jobs
     from tasks.device_choice import use_device
 
-    use_device(args.device)  # a ValueError (one line, exit 2) where the device is not here
+    resources = executor_resources(args)  # a ValueError (one line, exit 2) for a bad key
+    executor = cell_executor(args.executor, resources, args.device)
+    if executor is None:  # a job chooses its device where it runs
+        use_device(args.device)  # a ValueError (one line, exit 2) where the device is not here
 
-    if len(names) > 1 and table_jobs() > 1:
+    if len(names) > 1 and (table_jobs() > 1 or executor is not None):
         # `make figures JOBS=n`: n processes share the runs out, so each trains every figure's runs first
-        # rather than waiting, figure by figure, for the other's
+        # rather than waiting, figure by figure, for the other's; on Slurm, every figure's runs go at once
         try:
             runs = [run for name in names for run in get_figure(name).RUNS]
-            ensure(runs, args.profile, args.results_dir, args.data_root, not args.no_progress, args.verbose)
+            ensure(runs, args.profile, args.results_dir, args.data_root, not args.no_progress, args.verbose,
+                   executor)  # fmt: skip
         except KeyboardInterrupt:
             return _interrupted(args)
         except Exception as err:  # noqa: BLE001 - the figures below say which of them it stops
@@ -72,8 +79,9 @@ def cmd_figure(args) -> int:
         start = time.perf_counter()
         try:
             paths = make(
-                name, args.profile, args.results_dir, args.data_root, not args.no_progress, args.verbose
-            )
+                name, args.profile, args.results_dir, args.data_root, not args.no_progress, args.verbose,
+                executor,
+            )  # fmt: skip
         except KeyboardInterrupt:
             return _interrupted(args)
         except Exception as err:  # noqa: BLE001 - one line per failed figure; the others are still drawn
@@ -88,9 +96,11 @@ def cmd_figure(args) -> int:
 
 
 def _interrupted(args) -> int:
+    jobs = " (the Slurm jobs go on: run it again to wait for them)" if args.executor == "slurm" else ""
     print(
         f"\ninterrupted: finished runs are cached under {args.results_dir}/figures/runs, unfinished ones "
-        f"keep their checkpoints under {args.results_dir}/figures/work; run the same command again to go on",
+        f"keep their checkpoints under {args.results_dir}/figures/work; run the same command again to go on"
+        + jobs,
         file=sys.stderr,
     )
     return 130

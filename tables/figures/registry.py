@@ -55,12 +55,14 @@ def make(
     data_root: str | None = None,
     progress: bool = True,
     verbose: bool = False,
+    executor: Any = None,
 ) -> list[Path]:
-    """Train the runs figure `name` needs that are not cached, then draw it; returns the paths written."""
+    """Train the runs figure `name` needs that are not cached (here, or each as a Slurm job with `executor`:
+    tables.slurm_executor), then draw it; returns the paths written."""
     from tables.figures.runs import ensure
 
     module = get_figure(name)
-    runs = ensure(module.RUNS, profile, results_dir, data_root, progress, verbose)
+    runs = ensure(module.RUNS, profile, results_dir, data_root, progress, verbose, executor)
     out = Path(results_dir) / "figures"
     paths = module.draw(runs, out)
     meta = out / f"{name}.meta.json"

@@ -302,8 +302,10 @@ def ensure(
     data_root: str | None = None,
     progress: bool = True,
     verbose: bool = False,
+    executor: Any = None,
 ) -> dict[str, RecordedRun]:
-    """The runs `names` at `profile`, training (one after another, the longest first) those not cached yet."""
+    """The runs `names` at `profile`, training (one after another, the longest first) those not cached yet;
+    `executor` (tables.slurm_executor.SlurmCells) trains each as a Slurm job instead, all at once."""
     root = Path(results_dir) / "figures" / "runs"
     names = list(dict.fromkeys(names))
     unknown = [n for n in names if n not in RUNS]
@@ -332,6 +334,10 @@ def ensure(
         return name if bar.disable else name + time_left(trains, profile)
 
     try:
+        if executor is not None:
+            _on_executor(executor, [FigureRun(n, folders[n]) for n in todo], profile, data_root, results_dir,
+                         verbose, bar)  # fmt: skip
+            todo = []
         # first the runs no other process is training, then (waiting for each claim) those it was
         deferred = [n for n in todo if not _train_claimed(n, folders[n], profile, data_root, results_dir,
                                                           verbose, bar, postfix, wait=False)]  # fmt: skip
@@ -372,18 +378,92 @@ def _train_claimed(
 ) -> bool:
     """Train run `name` under its claim unless another process has it done; False (without waiting)
     when another process holds the claim and `wait` is False."""
+    log = None if verbose else run_log(results_dir, name, profile)
+
+    def starting() -> None:
+        bar.set_postfix_str(postfix(name), refresh=True)
+
+    if train_claimed(name, folder, profile, data_root, log, wait=wait, starting=starting) is None:
+        return False
+    bar.update(1)
+    return True
+
+
+@dataclass(frozen=True)
+class FigureRun:
+    """A run to train as a Slurm job: its job is named after its folder (tables.slurm_executor.job_name)."""
+
+    name: str
+    folder: Path
+
+    @property
+    def key(self) -> str:
+        return self.folder.name
+
+    def describe(self) -> str:
+        return f"figure run {self.name}"
+
+
+def _on_executor(executor, todo: list[FigureRun], profile: str, data_root, results_dir, verbose: bool, bar):
+    """Each run of `todo` as one job of `executor` (tables.slurm_executor: re-attached to a live job of an
+    earlier parent, never submitted twice); once all have ended, a RuntimeError names each run whose job
+    ended without it (the job's id and the tail of its stderr)."""
+    from tables.slurm_executor import claimed_elsewhere
+    from tables.slurm_job import FigureRunJob
+
+    failures: dict[str, str] = {}
+    resources = dict(getattr(executor.queue, "resources", {}))
+
+    def job(run: FigureRun) -> FigureRunJob:
+        log = None if verbose else str(run_log(results_dir, run.name, profile).resolve())
+        return FigureRunJob(run.name, profile, str(run.folder.resolve()), data_root, log, resources=resources,
+                            device=executor.device)  # fmt: skip
+
+    def failed(run: FigureRun, error: str) -> None:
+        failures[run.name] = error
+        bar.write(f"{run.describe()} failed: {error}", file=sys.stderr)
+
+    executor.run_jobs(
+        todo, job=job, done=lambda run, ran: (run.folder / "result.json").exists(), failed=failed,
+        held=lambda run: claimed_elsewhere(Claim(run.folder.parent / f"{run.folder.name}.lock")), bar=bar,
+        jobs_root=Path(results_dir) / "figures" / "slurm",
+    )  # fmt: skip
+    if failures:
+        raise RuntimeError("; ".join(f"figure run {name}: {error}" for name, error in failures.items()))
+
+
+def run_log(results_dir, name: str, profile: str) -> Path:
+    """Where run `name`'s training log goes (its stdout and warnings)."""
+    return Path(results_dir) / "figures" / "logs" / f"{name}-{profile}.log"
+
+
+def train_claimed(
+    name: str,
+    folder: Path,
+    profile: str,
+    data_root: str | None,
+    log: Path | None,
+    record: Mapping[str, Any] | None = None,
+    trainer=None,
+    wait: bool = True,
+    starting=None,
+) -> bool | None:
+    """Train run `name` into `folder` under its claim, here or in a Slurm job (tables.slurm_job), unless it
+    is written by then: True trained, False found written, None another process holds the claim and `wait`
+    is False. `record`: where it trained (a Slurm job's), kept in its result; `trainer` stands in for
+    train (tests); `starting()` is called before it trains."""
     claim = Claim(folder.parent / f"{folder.name}.lock")
     if not claim.acquire(wait=wait):
-        return False
+        return None
     try:
-        if not (folder / "result.json").exists():  # another process may have trained it meanwhile
-            bar.set_postfix_str(postfix(name), refresh=True)
-            log = None if verbose else Path(results_dir) / "figures" / "logs" / f"{name}-{profile}.log"
-            train(RUNS[name], profile, folder, data_root, log)
-        bar.update(1)
+        if (folder / "result.json").exists():  # another process may have trained it meanwhile
+            return False
+        if starting is not None:
+            starting()
+        (trainer or train)(RUNS[name], profile, folder, data_root, log, record)
+        return True
     finally:
         claim.release(remove=(folder / "result.json").exists())
-    return True
 
 
 def work_dir(folder: Path) -> Path:
@@ -392,9 +472,17 @@ def work_dir(folder: Path) -> Path:
     return folder.parent.parent / "work" / folder.name
 
 
-def train(spec: RunSpec, profile: str, folder: Path, data_root: str | None, log: Path | None) -> None:
+def train(
+    spec: RunSpec,
+    profile: str,
+    folder: Path,
+    data_root: str | None,
+    log: Path | None,
+    record: Mapping[str, Any] | None = None,
+) -> None:
     """Train `spec` with the recorder attached and write its folder (atomically). `elapsed_s` is this
-    process's part of the run: a resumed run's counts from its resumption."""
+    process's part of the run: a resumed run's counts from its resumption. `record`: where it trained (a
+    Slurm job: its id, node, resources), kept in its meta as "executor"."""
     start = time.perf_counter()
     work = work_dir(folder)
     out = work / "stats"
@@ -422,6 +510,7 @@ def train(spec: RunSpec, profile: str, folder: Path, data_root: str | None, log:
         "elapsed_s": round(time.perf_counter() - start, 1),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "trained_at": provenance.as_dict(),
+        **({"executor": dict(record)} if record else {}),
     }
     body = {"result": result.to_dict(), "meta": meta}
 
