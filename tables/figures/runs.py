@@ -460,7 +460,8 @@ def train_claimed(
             return False
         if starting is not None:
             starting()
-        (trainer or train)(RUNS[name], profile, folder, data_root, log, record)
+        where = {"record": record} if record else {}  # a local run's train call as before
+        (trainer or train)(RUNS[name], profile, folder, data_root, log, **where)
         return True
     finally:
         claim.release(remove=(folder / "result.json").exists())
