@@ -292,6 +292,15 @@ def _measure(rp, outcomes: dict, metric: str) -> tuple[dict[str, Any], dict[str,
     return m, seen
 
 
+def _failed_cells(plan, outcomes) -> list[dict[str, str]]:
+    """The cells of the plan whose outcome is an error: key, what the cell is, and the error."""
+    return [
+        {"key": cell.key, "cell": cell.describe(), "error": outcomes[cell.key].error}
+        for cell in plan.cells
+        if cell.key in outcomes and outcomes[cell.key].error
+    ]
+
+
 def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> dict[str, Any]:
     spec = plan.spec
     paper_data = " and ".join(PAPER_DATASETS[d] for d in spec.paper_datasets)
@@ -366,6 +375,9 @@ def _meta(plan, outcomes, datasets_used, epochs_used, iters_used, footnotes) -> 
             # cells scored from another cell's training (tables.shared_training)
             **({"rescored": n} if (n := sum(1 for o in outcomes.values() if o.shared_from)) else {}),
         },
+        # each cell that failed and why (a Slurm job's id and the tail of its stderr): the claims report
+        # names them beside the verdicts that read the table (tables.claims)
+        **({"failed_cells": failed} if (failed := _failed_cells(plan, outcomes)) else {}),
         # what regenerating the table from an empty cache costs: its cells' own training times
         "training_seconds": round(sum(o.elapsed_s or 0.0 for o in outcomes.values()), 1),
         # the same cells' CPU time, which other processes and pauses do not inflate (recorded since
@@ -511,6 +523,9 @@ def markdown(frame: pd.DataFrame, meta: dict[str, Any]) -> str:
             rec["status"],
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if meta.get("failed_cells"):  # the status column names a row's first; here every one, and why
+        lines += ["", "Failed cells (not in the numbers above; run the command again to retry them):", ""]
+        lines += [f"- {c['cell']}: {_cell(c['error'])}" for c in meta["failed_cells"]]
     if meta["footnotes"]:
         lines += ["", "Footnotes:", ""]
         lines += [f"[{i}] {text}  " for i, text in enumerate(meta["footnotes"], 1)]

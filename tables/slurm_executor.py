@@ -258,10 +258,11 @@ def job_error(folder: Path, job_id: str) -> str:
 
 
 def stderr_tail(folder: Path, job_id: str, lines: int = STDERR_LINES) -> str:
-    """The last lines of the job's stderr that say something (not submitit's or srun's own closing lines)."""
+    """The last lines of the job's stderr that say something (not submitit's or srun's own closing lines, nor
+    a traceback's ^^^ markers)."""
     texts = []
     for path in sorted(folder.glob(f"{job_id}_*_log.err")):
         texts += path.read_text(errors="replace").splitlines()
     noise = ("submitit ", "srun: ", "Traceback (most recent call last)")
-    kept = [t.strip() for t in texts if t.strip() and not t.lstrip().startswith(noise)]
+    kept = [t.strip() for t in texts if t.strip(" ^~") and not t.lstrip().startswith(noise)]
     return " | ".join(kept[-lines:])

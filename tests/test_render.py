@@ -205,8 +205,16 @@ def test_markdown_lines(made):
         "|  | 305.0 | 610.0 | FP32 baseline diverged (1 of 2 seeds) |"
     )
     assert md[13].endswith("| not implemented: needs a 3-D kernel |")
+    (failed,) = meta["failed_cells"]  # every failed cell, and why
+    assert failed["cell"].startswith("resnet18/") and failed["error"] == "boom: out of memory"
+    assert md[14:18] == [
+        "",
+        "Failed cells (not in the numbers above; run the command again to retry them):",
+        "",
+        f"- {failed['cell']}: boom: out of memory",
+    ]
     notes = meta["footnotes"]
-    assert md[14:21] == [
+    assert md[18:25] == [
         "",
         "Footnotes:",
         "",
@@ -215,7 +223,7 @@ def test_markdown_lines(made):
         f"[3] {notes[2]}  ",
         "",
     ]
-    assert md[21:23] == ["Notes:", ""] and md[23:-2] == [f"- {n}" for n in meta["notes"]]
+    assert md[25:27] == ["Notes:", ""] and md[27:-2] == [f"- {n}" for n in meta["notes"]]
     assert (
         md[-1].startswith("Generated ")
         and "by `make t-test`: 12 cells, 1 from the cache, 10 run now, 1 failed." in md[-1]
@@ -331,7 +339,7 @@ META_KEYS = {
     "dataset_used", "epochs", "iterations", "seeds", "seed_list", "data_root", "recipe_version",
     "model_recipe_versions", "numerics", "not_a_reproduction", "disclaimer", "header", "footnotes", "notes",
     "cells", "training_seconds", "cpu_seconds", "cpu_cells", "generated_at", "device", "commit",
-    "environment_lock",
+    "environment_lock", "failed_cells",
 }  # fmt: skip
 
 

@@ -15,6 +15,7 @@ import sys
 import traceback
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from atomic_files import write_folder
@@ -191,7 +192,7 @@ def _two_rows():
 
 def test_the_stderr_tail_leaves_out_submitits_and_sruns_own_lines(tmp_path):
     (tmp_path / "5_0_log.err").write_text(
-        "submitit INFO (x) - Starting\nTraceback (most recent call last):\n  File a.py\n"
+        "submitit INFO (x) - Starting\nTraceback (most recent call last):\n  File a.py\n    ^^^^~~\n"
         "ValueError: bad\nsubmitit ERROR (x) - Submitted job triggered an exception\nsrun: error: task 0\n"
     )
     assert stderr_tail(tmp_path, "5") == "File a.py | ValueError: bad"
@@ -347,3 +348,33 @@ def test_figure_runs_and_a_training_go_through_submitits_local_executor_and_back
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     record = json.loads(capsys.readouterr().out)
     assert record["top1"] == 52.0 and record["method"] == "ui8" and record["device"].startswith("cpu")
+
+
+def test_a_failed_cell_is_named_in_its_table_and_in_the_claims_that_read_it(tmp_path, capsys):
+    from tables import claims
+
+    out = run(tmp_path, SlurmCells(InlineQueue(), poll_s=0))  # the job of resnet18's DAIQ cell fails
+    (failed,) = out.meta["failed_cells"]
+    assert failed["error"].startswith("Slurm job 10") and "boom: fake failure" in failed["error"]
+    assert f"- {failed['cell']}: Slurm job 10" in (tmp_path / "table2.md").read_text()
+
+    report = tmp_path / "report"  # the claims report on the table as written (its sidecar lists the cell)
+    assert claims.main(["--profile", "smoke", "--kept", str(tmp_path), "--results-dir", str(report)]) == 1
+    assert "1 claims read tables with failed cells" in capsys.readouterr().err
+    row = pd.read_csv(report / "claims.csv", keep_default_na=False).set_index("key").loc["daiq-ablation"]
+    assert row["verdict"] == claims.INCONCLUSIVE
+    assert row["reason"].startswith("1 failed cell in the tables it reads (listed in its details); on the "
+                                    "cells that finished, inconclusive: one seed")  # fmt: skip
+    assert row["failed_cells"] == f"table2: {failed['cell']}: {failed['error']}"
+    details = (report / "claims.md").read_text().split("### daiq-ablation", 1)[1].split("###")[0]
+    assert f"- table2: {failed['cell']}: Slurm job 10" in details and "boom: fake failure" in details
+
+    meta = json.loads((tmp_path / "table2.meta.json").read_text())  # a table kept before sidecars listed them
+    del meta["failed_cells"]
+    (tmp_path / "table2.meta.json").write_text(json.dumps(meta))
+    ctx = claims.Context(profile="smoke", results_dir=report, kept=tmp_path)
+    frame = claims.evaluate(ctx, [c for c in claims.CLAIMS if c.key == "daiq-ablation"])
+    assert (
+        frame["failed_cells"][0].startswith("table2: row resnet18 ")
+        and "Slurm job 10" in frame["failed_cells"][0]
+    )

@@ -76,6 +76,24 @@ class Context:
             self.commands[name] = make_command(name, self.profile, **options, results=self._results())
         return self.frames[name]
 
+    def failed_cells(self, name: str) -> list[str]:
+        """The cells of table `name` (read already) that failed, each "<cell>: <why>" (a Slurm job's id and
+        the tail of its stderr); for a table kept before its sidecar listed them, its rows whose status is an
+        error (the first error of each)."""
+        if name not in self.frames:
+            return []
+        listed = self.metas.get(name, {}).get("failed_cells")
+        if listed is not None:
+            return [f"{c['cell']}: {c['error']}" for c in listed]
+        frame = self.frames[name]
+        if "status" not in frame:
+            return []
+        return [
+            f"row {r.get('model', '')} {r.get('label', '')}: {str(r['status']).removeprefix('error: ')}"
+            for r in frame.to_dict("records")
+            if str(r["status"]).startswith("error:")
+        ]
+
     def runs(self, name: str) -> pd.DataFrame | None:
         """The runs behind table `name`'s rows (tables.render.RUNS_COLUMNS), or None where none were kept
         (tables kept before 2026-11-27 have none)."""

@@ -107,6 +107,10 @@ def details(frame: pd.DataFrame) -> list[str]:
         ]
         parts = split_top_level(cell(r["measurement"]))
         lines += ["Measured:", "", *(f"- {p}" for p in parts), ""] if parts else []
+        failed = [f for f in cell(r.get("failed_cells")).split("\n") if f]
+        lines += (
+            ["Failed cells (not in the measurement):", "", *(f"- {f}" for f in failed), ""] if failed else []
+        )
         commands = [c for c in cell(r["commands"]).split("; ") if c]
         lines += ["Made by:", "", *(f"    {c}" for c in commands), ""] if commands else []
     return lines

@@ -13,10 +13,10 @@ from atomic_files import write_file
 from tables.claims.context import Context, NotKept
 from tables.claims.registry import CLAIMS
 from tables.claims.render import markdown
-from tables.claims.verdict import INCONCLUSIVE, Verdict
+from tables.claims.verdict import INCONCLUSIVE, Verdict, with_failed_cells
 
 CSV_COLUMNS = ["key", "paper", "source", "claim", "verdict", "key_number", "measurement", "reason",
-               "commands", "profile"]  # fmt: skip
+               "commands", "profile", "failed_cells"]  # fmt: skip
 
 
 def evaluate(ctx: Context, claims=CLAIMS) -> pd.DataFrame:
@@ -29,10 +29,13 @@ def evaluate(ctx: Context, claims=CLAIMS) -> pd.DataFrame:
         except Exception as err:  # noqa: BLE001 - one claim's failure is reported, the rest still run
             v = Verdict(INCONCLUSIVE, "", f"could not be measured: {type(err).__name__}: {err}")
         commands = "; ".join(ctx.commands[n] for n in claim.needs if n in ctx.commands)
+        failed = [f"{name}: {cell}" for name in claim.needs for cell in ctx.failed_cells(name)]
+        if failed:  # judged on fewer cells than its tables have: never silently
+            v = with_failed_cells(v, failed)
         records.append(
             {"key": claim.key, "paper": claim.paper, "source": claim.source, "claim": claim.text,
              "verdict": v.verdict, "key_number": v.key, "measurement": v.measurement, "reason": v.reason,
-             "commands": commands, "profile": ctx.profile}
+             "commands": commands, "profile": ctx.profile, "failed_cells": "\n".join(failed)}
         )  # fmt: skip
     return pd.DataFrame.from_records(records, columns=CSV_COLUMNS)
 
@@ -69,4 +72,9 @@ def main(argv=None) -> int:
     frame, paths = write(ctx)
     print(paths["md"].read_text())
     print(f"wrote {paths['md']} and {paths['csv']}", file=sys.stderr)
+    failed = frame["failed_cells"].astype(bool).sum()
+    if failed:  # as the table command that left them: exit 1
+        print(f"{failed} claims read tables with failed cells: their details say which, and why",
+              file=sys.stderr)  # fmt: skip
+        return 1
     return 0

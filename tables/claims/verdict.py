@@ -123,6 +123,16 @@ def seeded_verdict(
     return Verdict(INCONCLUSIVE, measured, reason, _key(*decided) if decided else "")
 
 
+def with_failed_cells(v: Verdict, failed: list[str]) -> Verdict:
+    """A verdict read from tables some of whose cells failed is inconclusive: it would rest on fewer seeds
+    or rows than the table has. The reason counts the failed cells and says what the finished ones read;
+    the report lists each (`failed`: "<table>: <cell>: <why>", a Slurm job's id and its stderr's tail)."""
+    n = len(failed)
+    finished = v.verdict + (f": {v.reason}" if v.reason else "")
+    reason = f"{n} failed cell{'' if n == 1 else 's'} in the tables it reads (listed in its details)"
+    return Verdict(INCONCLUSIVE, v.measurement, f"{reason}; on the cells that finished, {finished}", v.key)
+
+
 def direction(better: bool, measured: str, key: str = "") -> Verdict:
     """One run per curve: the direction of a difference, never a verdict on it."""
     word = "agrees" if better else "disagrees"
