@@ -142,8 +142,10 @@ TABLES    := table1 table2 table3 table4 table6 ui8-table3 ui8-table4 ui8-table5
              wageubn-table1 wageubn-table2 table5 ui8-table8 ui8-table9 $(SPEED_TABLES)
 # Video (DAIQ Table 6) takes the profile's seeds (embedded: 3, about 16 minutes a seed): its rows are
 # part of the close-to-FP32 claim, which needs each row's interval.
-# EXECUTOR=slurm: each cell a Slurm job through submitit (docs/cluster.md); its resources from SLURM_ARGS=
+# EXECUTOR=slurm: each pending table cell, and each figure's pending run, a Slurm job through submitit
+# (docs/cluster.md; `repro train --executor slurm` for one run); the jobs' resources from SLURM_ARGS=
 # ("partition=gpu time=120 cpus_per_task=8") over SLURM_CONFIG= (a TOML [slurm] table; default ./slurm.toml).
+# The speed tables time the device at hand: they stay here.
 EXECUTOR     ?= local
 SLURM_ARGS   ?=
 SLURM_CONFIG ?=
@@ -220,16 +222,14 @@ FIGURES := ui8-table1 ui8-figure2 ui8-figure3 ui8-figure4 ui8-figure6 \
            ui8-supplement-figure1 ui8-supplement-figure2 ui8-supplement-figure3 \
            daiq-figure1 daiq-figure3 \
            wageubn-figure6 wageubn-figure7 wageubn-figure8 wageubn-figure9 wageubn-figure10
+# EXECUTOR=slurm: every pending run of the figures asked for a Slurm job, all at once; the figures are drawn here.
 FIGURE_ARGS = --profile $(PROFILE) --results-dir $(RESULTS) $(if $(DATA_ROOT),--data-root $(DATA_ROOT)) \
-              $(if $(DEVICE),--device $(DEVICE))
+              $(if $(DEVICE),--device $(DEVICE)) $(EXECUTOR_ARGS)
 
 .PHONY: figures $(FIGURES)
 
-# The figures' runs train here whatever EXECUTOR says (the Slurm executor takes the tables' cells only, so far).
-not_on_slurm = $(if $(filter-out local,$(EXECUTOR)),echo "make: EXECUTOR=$(EXECUTOR) applies to the tables; the figures' runs train here" >&2;)
-
 figures:
-	@$(not_on_slurm) $(call in_jobs,figure $(FIGURES) $(FIGURE_ARGS),runs)
+	@$(call in_jobs,figure $(FIGURES) $(FIGURE_ARGS),runs)
 
 $(FIGURES):
-	@$(not_on_slurm) $(call in_jobs,figure $@ $(FIGURE_ARGS),runs)
+	@$(call in_jobs,figure $@ $(FIGURE_ARGS),runs)
