@@ -270,3 +270,68 @@ def test_a_cell_on_two_tasks_of_one_job_is_the_torchrun_run_of_it(slurm, tmp_pat
     ours = entry["result"]
     for field in ("iters", "top1", "val_correct", "final_loss", "diverged"):
         assert ours[field] == theirs[field], field
+
+
+def _repro_env() -> dict[str, str]:
+    """This checkout's code for the parent and, through sbatch's --export=ALL, its jobs; one thread."""
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    return dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
+
+
+def _repro(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tables.command", *argv], env=_repro_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def _json_line(text: str) -> dict:
+    return json.loads(next(line for line in text.splitlines() if line.startswith("{")))
+
+
+TRAIN = ["train", "--model", "resnet18", "--method", "daiq", "--profile", "smoke", "--json"]
+SMOKE_JOB = ["--executor", "slurm", "--slurm-args", "cpus_per_task=1 time=10"]
+
+
+@pytest.mark.slow
+def test_repro_train_on_slurm_reattaches_after_a_kill_and_prints_the_local_runs_result(slurm, tmp_path):
+    local = _repro(*TRAIN)
+    assert local.returncode == 0, local.stderr[-3000:]
+    argv = [sys.executable, "-m", "tables.command", *TRAIN, *SMOKE_JOB, "--results-dir", str(tmp_path)]
+    start = time.perf_counter()
+    parent = subprocess.Popen(argv, env=_repro_env(), cwd=REPO, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 120
+    while not list(tmp_path.glob("train/*/*_submitted.pkl")) and time.time() < deadline:
+        time.sleep(0.05)
+    parent.send_signal(signal.SIGKILL)  # its job submitted, maybe started: it goes on
+    parent.wait()
+    again = _repro(*argv[3:])
+    print(f"repro train --executor slurm, killed once and run again: {time.perf_counter() - start:.1f} s")
+    assert again.returncode == 0, again.stderr[-3000:]
+    (pickle,) = tmp_path.glob("train/*/*_submitted.pkl")  # one job: the second parent waited for it
+    ours, theirs = _json_line(again.stdout), _json_line(local.stdout)
+    for field in ("iters", "top1", "val_correct", "final_loss", "diverged", "device"):
+        assert ours[field] == theirs[field], field
+    body = json.loads((pickle.parent / "result.json").read_text())
+    assert body["executor"]["job_id"] == pickle.name.split("_")[0] and body["executor"]["restarts"] == 0
+    assert not (pickle.parent / "work").exists()
+
+
+@pytest.mark.slow
+def test_a_figures_run_as_a_slurm_job_equals_the_local_run(slurm, tmp_path):
+    figure = ["figure", "ui8-supplement-figure1", "--profile", "smoke", "--no-progress"]
+    local = _repro(*figure, "--results-dir", str(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr[-3000:]
+    start = time.perf_counter()
+    jobs = _repro(*figure, "--results-dir", str(tmp_path / "slurm"), *SMOKE_JOB)
+    print(f"one smoke figure run as a Slurm job, drawn: {time.perf_counter() - start:.1f} s")
+    assert jobs.returncode == 0, jobs.stderr[-3000:]
+    (folder,) = (tmp_path / "slurm" / "figures" / "runs").iterdir()
+    ours = json.loads((folder / "result.json").read_text())
+    theirs = json.loads((tmp_path / "local" / "figures" / "runs" / folder.name / "result.json").read_text())
+    for field in ("iters", "top1", "val_correct", "final_loss", "diverged"):
+        assert ours["result"][field] == theirs["result"][field], field
+    (pickle,) = (tmp_path / "slurm" / "figures" / "slurm" / folder.name).glob("*_submitted.pkl")
+    assert ours["meta"]["executor"]["job_id"] == pickle.name.split("_")[0]
+    assert ours["meta"]["executor"]["resources"] == ONE_CPU
+    csv = "figures/ui8-supplement-figure1.csv"
+    assert (tmp_path / "slurm" / csv).read_text() == (tmp_path / "local" / csv).read_text()
