@@ -39,10 +39,10 @@ class CellFailed(RuntimeError):
 
 
 class SlurmJob(submitit.helpers.Checkpointable):
-    """What every job shares: its threads from its CPUs, its ranks from its tasks, and its record."""
+    """What every job shares: its threads from its CPUs, its device, its ranks from its tasks, and its record.
+    Each job (a dataclass) has the fields `resources` (what it asked Slurm for) and `device` (--device)."""
 
     resources: dict[str, Any]
-
     device: str | None
 
     def setup(self) -> None:
