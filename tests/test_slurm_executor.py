@@ -341,7 +341,7 @@ def test_figure_runs_and_a_training_go_through_submitits_local_executor_and_back
             task="classification", model="resnet18", method="ui8", profile="smoke", seed=2, config=None,
             paper_dataset=None, data_root=None, work_dir=None, checkpoint_interval=None,
             skip_bad_samples=False, method_options=None, cfg_options=None, launcher="none", compile=False,
-            device=None, json=True, results_dir=str(tmp_path),
+            device="cpu", json=True, results_dir=str(tmp_path),  # the job chooses it
         )  # fmt: skip
         assert train_on_slurm(args, SlurmCells(LocalQueue(), poll_s=0.2), runner=fake_task_run) == 0
     finally:
