@@ -11,7 +11,9 @@ written: the recorder's work falls inside the timed training steps, so the run's
 A process trains a run only while it holds the run's claim (tables.cells.Claim, <folder>.lock), so
 processes on one results directory (`make figures JOBS=2`) share the runs out, as the tables' cells.
 A run trains in results/figures/work/<run> (its checkpoints, and in them what it has recorded) until its
-folder is written: a killed run resumes where its last checkpoint left it.
+folder is written: a killed run resumes where its last checkpoint left it. With an executor (`repro figure
+--executor slurm`: tables.slurm_executor) each pending run is a Slurm job that trains it the same way
+(train_claimed, in tables.slurm_job.FigureRunJob), its folder recording the job.
 """
 
 from __future__ import annotations
