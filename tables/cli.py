@@ -70,7 +70,7 @@ def add_table_parser(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         help="write the table from the cached cells alone, the others shown pending; train nothing",
     )
-    add_executor_arguments(p, "the cells")
+    add_executor_arguments(p, "the cells train")
     p.add_argument(
         "--verbose",
         action="store_true",

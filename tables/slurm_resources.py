@@ -93,14 +93,14 @@ def slurm_resources(config: str | os.PathLike | None = None, args: str | None = 
 
 
 def add_executor_arguments(parser, what: str) -> None:
-    """--executor, --slurm-args and --slurm-config on a command whose `what` ("the cells") may train as
-    Slurm jobs (`repro table`, `repro figure`, `repro train`)."""
+    """--executor, --slurm-args and --slurm-config on a command whose `what` ("the cells train") may train
+    as Slurm jobs (`repro table`, `repro figure`, `repro train`)."""
     cluster = parser.add_argument_group("executor (docs/cluster.md)")
     cluster.add_argument(
         "--executor",
         choices=("local", "slurm"),
         default="local",
-        help=f"where {what} train: in this process (default), or each as a Slurm job through submitit",
+        help=f"where {what}: in this process (default), or on Slurm, a job each, through submitit",
     )
     cluster.add_argument(
         "--slurm-args",

@@ -39,7 +39,7 @@ class TrainRun:
 
 def add_train_executor(parser) -> None:
     """`repro train`'s --executor, --slurm-args, --slurm-config and --results-dir (the run's folder)."""
-    add_executor_arguments(parser, "the run")
+    add_executor_arguments(parser, "the run trains")
     parser.add_argument(
         "--results-dir",
         default="results",

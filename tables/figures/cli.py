@@ -37,7 +37,7 @@ def add_figure_parser(subparsers):
         default=None,
         help="cuda or cpu (default: cuda when present); cuda without a GPU is an error",
     )
-    add_executor_arguments(p, "the runs")
+    add_executor_arguments(p, "the runs train")
     p.set_defaults(func=cmd_figure)
     return p
 
