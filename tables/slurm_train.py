@@ -80,8 +80,9 @@ def train_on_slurm(args, executor, runner: Any = None) -> int:
     kept result; print it as `repro train` prints it. `runner` stands in for the task's run (tests)."""
     from tqdm.auto import tqdm
 
-    from tasks import get_task
+    from tasks import PROFILES, get_task
     from tasks.cli import run_arguments
+    from tasks.runner import check_choice, checked_options
 
     get_task(args.task)  # a ValueError (one line, exit 2) for an unknown task
     if args.launcher != "none":
@@ -94,6 +95,9 @@ def train_on_slurm(args, executor, runner: Any = None) -> int:
     arguments = run_arguments(args)
     if isinstance(arguments, int):
         return arguments
+    # a misspelt profile, method or method option: one line and exit 2 here, as locally, not a failed job
+    check_choice("profile", args.profile, PROFILES)
+    checked_options(arguments["method"], arguments["method_options"])
     key = run_key(args.task, arguments, args.device)
     folder = (Path(args.results_dir) / "train" / key).resolve()
     own_work_dir = arguments["work_dir"] is None

@@ -315,6 +315,8 @@ def test_repro_train_on_slurm_prints_what_a_local_run_prints_and_keeps_it(tmp_pa
     assert "RuntimeError: boom: fake failure" in err
     assert repro_main([*argv, *slurm, "--launcher", "pytorch"]) == 2
     assert "sets it up itself" in capsys.readouterr().err
+    assert repro_main([*argv[:4], "nosuch", *argv[5:], *slurm]) == 2  # refused here: no job
+    assert "error: unknown method 'nosuch'" in capsys.readouterr().err and len(queue.submitted) == 2
     assert repro_main([*argv, "--slurm-args", "time=5"]) == 2
     assert "apply with --executor slurm" in capsys.readouterr().err
 
