@@ -400,7 +400,9 @@ def cell_executor(executor: str | Any, resources: Mapping[str, Any] | None) -> A
         from tables.slurm_executor import SlurmCells, SlurmQueue
         from tables.slurm_resources import slurm_resources
 
-        return SlurmCells(SlurmQueue(dict(resources) if resources is not None else slurm_resources()))
+        resources = dict(resources) if resources is not None else slurm_resources()
+        cells_per_job = int(resources.pop("cells_per_job", 1))  # the executor's, not sbatch's
+        return SlurmCells(SlurmQueue(resources), cells_per_job=cells_per_job)
     if isinstance(executor, str):
         raise ValueError(f"unknown executor {executor!r}; choose from local, slurm")
     return executor

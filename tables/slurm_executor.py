@@ -3,7 +3,8 @@ this process submits, watches and reports, and the generator renders the table a
 
     outcomes = SlurmCells(queue=SlurmQueue(resources)).run(plan, cache, todo, outcomes, ...)
 
-Nothing is run twice, nothing lost. A job is named after its cell (repro-<cell key>) and recorded in
+Nothing is run twice, nothing lost. A job is named after its results directory and its cell (repro-<a hash
+of the cache's path>-<cell key>: the same cell of another results directory is another job) and recorded in
 <results>/slurm/<cell key>/jobs.jsonl (with its resources), beside submitit's files for it (its pickles,
 stdout and stderr). A parent started again finds each cell's live job by name in `squeue` and waits for
 it rather than submit it again, takes the finished cells from the cache, and submits only the cells that
@@ -15,11 +16,17 @@ submitted twice (the parent killed between sbatch and its record) still trains o
 A job that ends without the cell cached is a failed cell: its outcome names the job id and the tail of its
 stderr (the table and the claims report show it), the other cells go on, and the command exits non-zero.
 One whose submission never reached it (no pickle: the parent died mid-submit) is submitted again.
+
+With cells_per_job=n (SLURM_ARGS, slurm.toml) the cells submitted together go n to a job (tables.slurm_job.
+CellsJob): one fresh Python and one scheduling for n cells, the time limit then n cells' worth. The job's
+name lists its cells' keys (repro-<hash>-<key>+<key>...), so a parent started again finds each cell's job as
+before; each cell's jobs.jsonl names the folder of submitit's files, the first cell's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -30,7 +37,7 @@ from typing import Any
 
 from atomic_files import write_file
 from tables.cells import Cache, Cell, CellClaim, Claim
-from tables.slurm_job import CellJob
+from tables.slurm_job import CellJob, CellsJob
 
 JOB_PREFIX = "repro-"
 # Slurm signals a job this way before its time limit (and `scancel --signal=USR1` does by hand); the job's
@@ -41,8 +48,28 @@ STDERR_LINES = 4  # of a failed job's stderr, in its cell's outcome
 POLL_S = 1.0
 
 
-def job_name(cell: Cell) -> str:
-    return f"{JOB_PREFIX}{cell.key}"
+def results_scope(cache_root: str | os.PathLike) -> str:
+    """What tells this results directory's jobs from another's in the job names."""
+    return hashlib.sha256(str(Path(cache_root).resolve()).encode()).hexdigest()[:8]
+
+
+def job_name(cell: Cell, scope: str) -> str:
+    return pack_name([cell], scope)
+
+
+def pack_name(cells: list[Cell], scope: str) -> str:
+    return f"{JOB_PREFIX}{scope}-" + "+".join(cell.key for cell in cells)
+
+
+def jobs_by_cell(live: dict[str, tuple[str, str]], scope: str) -> dict[str, tuple[str, str]]:
+    """Each cell key in the name of a live job of this results directory -> (job id, state)."""
+    prefix = f"{JOB_PREFIX}{scope}-"
+    return {
+        key: job
+        for name, job in live.items()
+        if name.startswith(prefix)
+        for key in name[len(prefix) :].split("+")
+    }
 
 
 class SlurmQueue:
@@ -54,7 +81,7 @@ class SlurmQueue:
         self.resources = dict(resources)
         self.python = python
 
-    def submit(self, job: CellJob, name: str, folder: Path) -> str:
+    def submit(self, job: CellJob | CellsJob, name: str, folder: Path) -> str:
         import submitit
 
         executor = submitit.SlurmExecutor(folder=folder, python=self.python)
@@ -80,6 +107,7 @@ class Watched:
     cell: Cell
     job_id: str
     state: str = "PENDING"
+    folder: Path | None = None  # of submitit's files for the job (a pack's: its first cell's)
 
 
 @dataclass
@@ -88,6 +116,7 @@ class SlurmCells:
 
     queue: Any
     poll_s: float = POLL_S
+    cells_per_job: int = 1
     watched: dict[str, Watched] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)  # the failed cells' job ids
 
@@ -105,68 +134,91 @@ class SlurmCells:
             log_root=str(log_root.resolve()) if log_root else None, runner=None if task_runner else runner,
             runner_options=dict(runner_options), resources=dict(getattr(self.queue, "resources", {})),
         )  # fmt: skip
-        waiting = list(todo)
+        waiting, scope = list(todo), results_scope(cache.root)
         while waiting or self.watched:
             snapshot = time.time()
-            live = self.queue.live()
+            live = jobs_by_cell(self.queue.live(), scope)
             for key, w in list(self.watched.items()):
-                if job_name(w.cell) in live:
-                    w.job_id, w.state = live[job_name(w.cell)]
-                    continue
-                del self.watched[key]
                 known = known_outcome(cache, w.cell, shared)
+                if key in live and known is None:
+                    w.job_id, w.state = live[key]
+                    continue
+                del self.watched[key]  # ended, or cached while its job goes on (a pack's next cells)
+                folder = w.folder or _job_folder(jobs_root, key, w.job_id)
                 if known is not None:
                     outcomes[key] = dataclasses.replace(known, cached=False)
                     bar.update(1)
-                elif not _submitted(jobs_root / key, w.job_id):
+                elif not _submitted(folder, w.job_id):
                     waiting.append(w.cell)  # its submission never reached the job: submit it again
                 else:
-                    outcomes[key] = _failed(jobs_root / key, w.job_id)
+                    outcomes[key] = _failed(folder, w.job_id)
                     self.failed.append(w.job_id)
                     bar.update(1)
                     bar.write(f"{plan.spec.name}: {w.cell.describe()} failed: {outcomes[key].error}")
-            still = []
+            still, fresh = [], []
             for cell in waiting:
                 known = known_outcome(cache, cell, shared)
                 if known is not None:  # cached meanwhile, or its twin was (tables.shared_training)
                     outcomes[cell.key] = known
                     bar.update(1)
-                elif job_name(cell) in live:  # a job an earlier parent submitted: wait for it
-                    self.watched[cell.key] = Watched(cell, *live[job_name(cell)])
-                elif shared and any(t.key in self.watched for t in shared.twins(cell)):
+                elif cell.key in live:  # a job an earlier parent submitted: wait for it
+                    self.watched[cell.key] = Watched(cell, *live[cell.key])
+                elif shared and any(t.key in self.watched or t in fresh for t in shared.twins(cell)):
                     still.append(cell)  # one training serves both: its twin's job trains it
                 elif _claimed_elsewhere(work_root, cell):
                     still.append(cell)  # a local process is training it: its cache entry will come
                 else:
-                    job_id = self._submit(dataclasses.replace(template, cell=cell), jobs_root, snapshot)
-                    self.watched[cell.key] = Watched(cell, job_id)
+                    fresh.append(cell)
+            for start in range(0, len(fresh), self.cells_per_job):
+                pack = fresh[start : start + self.cells_per_job]
+                for cell, (job_id, folder) in zip(
+                    pack, self._submit(template, pack, jobs_root, snapshot, scope), strict=True
+                ):
+                    self.watched[cell.key] = Watched(cell, job_id, folder=folder)
             waiting = still
             bar.set_postfix_str(self.status(len(waiting)), refresh=True)
             if waiting or self.watched:
                 time.sleep(self.poll_s)
 
-    def _submit(self, job: CellJob, jobs_root: Path, snapshot: float) -> str:
-        """Submit the cell's job, unless another parent did since `snapshot` (then wait for that one)."""
-        folder = jobs_root / job.cell.key
-        lock = Claim(folder / "submit.lock")
-        lock.acquire(wait=True)
+    def _submit(
+        self, template: CellJob, cells: list[Cell], jobs_root: Path, snapshot: float, scope: str
+    ) -> list:
+        """Submit the cells as one job, but those another parent submitted since `snapshot` (then wait for
+        that one): (job id, folder of submitit's files) for each cell, in order."""
+        locks = [Claim(jobs_root / key / "submit.lock") for key in sorted(c.key for c in cells)]
+        for lock in locks:  # in key order: two parents never hold each other's
+            lock.acquire(wait=True)
         try:
-            last = _records(folder)[-1:]
-            if last and last[0]["submitted_at"] > snapshot:
-                return str(last[0]["job_id"])
-            job_id = self.queue.submit(job, job_name(job.cell), folder)
-            record = {"job_id": job_id, "submitted_at": time.time(), "executor": self.queue.name,
-                      "resources": job.resources, "cell": job.cell.describe()}  # fmt: skip
-            lines = [json.dumps(r, sort_keys=True) for r in [*_records(folder), record]]
-            write_file(folder / "jobs.jsonl", "\n".join(lines) + "\n")
-            return job_id
+            found, fresh = {}, []
+            for cell in cells:
+                last = _records(jobs_root / cell.key)[-1:]
+                if last and last[0]["submitted_at"] > snapshot:
+                    found[cell.key] = (str(last[0]["job_id"]), jobs_root / last[0].get("folder", cell.key))
+                else:
+                    fresh.append(cell)
+            if fresh:
+                jobs = [dataclasses.replace(template, cell=cell, cells_in_job=len(fresh)) for cell in fresh]
+                folder = jobs_root / fresh[0].key
+                job_id = self.queue.submit(
+                    jobs[0] if len(jobs) == 1 else CellsJob(jobs), pack_name(fresh, scope), folder
+                )
+                for cell in fresh:
+                    record = {"job_id": job_id, "submitted_at": time.time(), "executor": self.queue.name,
+                              "resources": template.resources, "cell": cell.describe(), "folder": folder.name,
+                              "cells_in_job": len(fresh)}  # fmt: skip
+                    records = [*_records(jobs_root / cell.key), record]
+                    lines = [json.dumps(r, sort_keys=True) for r in records]
+                    write_file(jobs_root / cell.key / "jobs.jsonl", "\n".join(lines) + "\n")
+                    found[cell.key] = (job_id, folder)
+            return [found[cell.key] for cell in cells]
         finally:
-            lock.release()
+            for lock in locks:
+                lock.release()
 
     def status(self, waiting: int) -> str:
         """The cluster's side of the progress bar: running and pending jobs, with their ids."""
-        running = sorted((w.job_id for w in self.watched.values() if w.state == "RUNNING"), key=_numeric)
-        queued = sorted((w.job_id for w in self.watched.values() if w.state != "RUNNING"), key=_numeric)
+        running = [w.job_id for w in self.watched.values() if w.state == "RUNNING"]
+        queued = [w.job_id for w in self.watched.values() if w.state != "RUNNING"]
         parts = [f"{len(running)} running" + (f" [{_ids(running)}]" if running else "")]
         parts.append(f"{len(queued)} queued" + (f" [{_ids(queued)}]" if queued else ""))
         if waiting:
@@ -177,6 +229,8 @@ class SlurmCells:
 
 
 def _ids(ids: list[str], most: int = 6) -> str:
+    """The job ids, each once (a pack's cells share theirs), in submission order."""
+    ids = sorted(set(ids), key=_numeric)
     return ",".join(ids[:most]) + (",..." if len(ids) > most else "")
 
 
@@ -209,6 +263,15 @@ def _records(folder: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in (folder / "jobs.jsonl").read_text().splitlines() if line]
     except FileNotFoundError:
         return []
+
+
+def _job_folder(jobs_root: Path, key: str, job_id: str) -> Path:
+    """Where submitit keeps the files of the cell's job `job_id`: its record's folder (a pack's first cell),
+    else the cell's own (a job found live whose record its parent never wrote)."""
+    for record in reversed(_records(jobs_root / key)):
+        if str(record["job_id"]) == job_id:
+            return jobs_root / record.get("folder", key)
+    return jobs_root / key
 
 
 def _submitted(folder: Path, job_id: str) -> bool:

@@ -43,6 +43,11 @@ class CellJob(submitit.helpers.Checkpointable):
     runner: Any = None  # None: the task's own run, imported in the job; tests hand in a picklable fake
     runner_options: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
+    cells_in_job: int = 1  # more in a pack (CellsJob)
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [self.cell]
 
     def __call__(self) -> dict[str, Any]:
         from tables.generate import load_task_runner
@@ -115,7 +120,34 @@ class CellJob(submitit.helpers.Checkpointable):
             "node": socket.gethostname(),
             "restarts": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
             "resources": dict(self.resources),
+            "cells_in_job": self.cells_in_job,
         }
+
+
+@dataclass
+class CellsJob(submitit.helpers.Checkpointable):
+    """Several cells trained one after another in one job (SLURM_ARGS="cells_per_job=n"): a job's fresh
+    Python (torch, torchvision, MMEngine: 8-10 s on a 2-core machine) and Slurm's scheduling are paid once
+    for the n cells. Each cell is its own CellJob, under its own claim and cache entry. A cell that fails
+    does not stop the others; the job fails at the end, naming them. Requeued, the job calls this again:
+    the cells cached by then are skipped, the one it was training resumes from its checkpoint."""
+
+    jobs: list[CellJob]
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [job.cell for job in self.jobs]
+
+    def __call__(self) -> list[dict[str, Any]]:
+        done, failed = [], []
+        for job in self.jobs:
+            try:
+                done.append(job())
+            except CellFailed as err:
+                failed.append(f"{job.cell.describe()}: {err}")
+        if failed:
+            raise CellFailed(f"{len(failed)} of {len(self.jobs)} cells failed: " + "; ".join(failed))
+        return done
 
 
 def _job_environment():

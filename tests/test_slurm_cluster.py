@@ -95,6 +95,16 @@ def test_smoke_cells_as_slurm_jobs_equal_the_local_cells(slurm, tmp_path):
     assert jobs.frame.drop(columns=["fp32_ms_per_iter", "int8_ms_per_iter"]).equals(
         local.frame.drop(columns=["fp32_ms_per_iter", "int8_ms_per_iter"])
     )
+    # the same cells packed into one job (cells_per_job): one Python's start for all three
+    start = time.perf_counter()
+    packed = generate(spec, profile="smoke", results_dir=tmp_path / "packed", progress=False,
+                      executor="slurm", slurm_resources={**ONE_CPU, "cells_per_job": 3})  # fmt: skip
+    print(f"the same cells as one Slurm job in {time.perf_counter() - start:.1f} s")
+    assert packed.ran == 3 and packed.errors == 0
+    _same_cells(packed, local)
+    job_ids = {json.loads((tmp_path / "packed" / "cache" / f"{k}.json").read_text())["executor"]["job_id"]
+               for k in packed.outcomes}  # fmt: skip
+    assert len(job_ids) == 1
 
 
 # The parent of the kill test: a table of fake cells that each take a few seconds, on Slurm.

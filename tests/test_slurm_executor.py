@@ -16,8 +16,8 @@ import pytest
 
 from tables.cells import Cache
 from tables.command import main as repro_main
-from tables.generate import generate
-from tables.slurm_executor import SlurmCells, job_name, stderr_tail
+from tables.generate import cell_executor, generate
+from tables.slurm_executor import SlurmCells, job_name, pack_name, results_scope, stderr_tail
 from tables.slurm_resources import DEFAULTS, parse_args, slurm_resources
 
 
@@ -41,7 +41,7 @@ class InlineQueue:
     resources = {"cpus_per_task": 1, "partition": "test"}
 
     def __init__(self, hold=None):
-        self.jobs, self.submitted, self.hold, self.next_id = {}, [], dict(hold or {}), 100
+        self.jobs, self.submitted, self.names, self.hold, self.next_id = {}, [], [], dict(hold or {}), 100
 
     def submit(self, job, name, folder):
         self.next_id += 1
@@ -49,7 +49,8 @@ class InlineQueue:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{job_id}_submitted.pkl").write_bytes(b"")
         self.jobs[name] = (job_id, job, folder)
-        self.submitted.append(job.cell.key)
+        self.submitted += [cell.key for cell in job.cells]
+        self.names.append(name)
         return job_id
 
     def live(self):
@@ -92,7 +93,9 @@ def test_a_rerun_waits_for_the_live_jobs_and_submits_only_the_missing_cells(tmp_
     first = run(tmp_path / "probe", SlurmCells(InlineQueue(), poll_s=0), fine_run)
     cells = first.plan.cells
     running = cells[0]
-    queue = InlineQueue(hold={job_name(running): "77"})  # an earlier parent's job, still running
+    scope = results_scope(tmp_path / "run" / "cache")
+    # an earlier parent's job, still running; the same cell's job of another results directory is not it
+    queue = InlineQueue(hold={job_name(running, scope): "77", job_name(cells[1], "0ther0ne"): "78"})
     executor = SlurmCells(queue, poll_s=0)
     cache = Cache(tmp_path / "run" / "cache")
 
@@ -107,6 +110,7 @@ def test_a_rerun_waits_for_the_live_jobs_and_submits_only_the_missing_cells(tmp_
     queue.live = live_then_done
     out = run(tmp_path / "run", executor, fine_run)
     assert running.key not in queue.submitted and len(queue.submitted) == len(cells) - 1
+    assert cells[1].key in queue.submitted
     assert out.errors == 0 and out.outcomes[running.key].result["top1"] == 50.0
 
 
@@ -133,6 +137,72 @@ def test_a_submission_that_never_reached_its_job_is_submitted_again(tmp_path):
     out = run(tmp_path, SlurmCells(queue, poll_s=0), fine_run)
     assert out.errors == 0 and len(queue.submitted) == len(out.outcomes) + 1
     assert queue.submitted[0] == queue.submitted[-1]
+
+
+def test_cells_per_job_packs_the_cells_into_fewer_jobs_with_the_same_results(tmp_path):
+    local = run(tmp_path / "local", "local", fine_run)
+    queue = InlineQueue()
+    packed = run(tmp_path / "packed", SlurmCells(queue, poll_s=0, cells_per_job=3), fine_run)
+    n = len(local.outcomes)
+    assert n > 3 and sorted(queue.submitted) == sorted(local.outcomes)
+    assert len(queue.names) == -(-n // 3) and all(name.count("+") <= 2 for name in queue.names)
+    assert packed.frame.to_csv() == local.frame.to_csv()
+    for key in local.outcomes:
+        entry = json.loads((tmp_path / "packed" / "cache" / f"{key}.json").read_text())
+        (record,) = [
+            json.loads(r)
+            for r in (tmp_path / "packed" / "slurm" / key / "jobs.jsonl").read_text().splitlines()
+        ]
+        assert entry["executor"]["cells_in_job"] == record["cells_in_job"] in (1, 2, 3)
+        assert (
+            tmp_path / "packed" / "slurm" / record["folder"] / f"{record['job_id']}_submitted.pkl"
+        ).exists()
+
+
+def test_a_failed_cell_in_a_pack_leaves_the_packs_other_cells_trained(tmp_path):
+    out = run(tmp_path, SlurmCells(InlineQueue(), poll_s=0, cells_per_job=len(run_cells(tmp_path))))
+    failed = {k: o for k, o in out.outcomes.items() if o.error}
+    assert len(failed) == 1 and out.errors == 1
+    (error,) = [o.error for o in failed.values()]
+    assert error.startswith("Slurm job 101") and "boom: fake failure" in error
+    assert all(o.result for o in out.outcomes.values() if not o.error)
+
+
+def test_a_rerun_waits_for_a_live_pack_and_submits_none_of_its_cells(tmp_path):
+    cells = run_cells(tmp_path)
+    # an earlier parent's pack, still running
+    queue = InlineQueue(hold={pack_name(cells[:2], results_scope(tmp_path / "run" / "cache")): "77"})
+    cache = Cache(tmp_path / "run" / "cache")
+    calls, real_live = {"n": 0}, queue.live
+
+    def live_then_done():  # the pack trains its first cell, then its second, then ends
+        calls["n"] += 1
+        if calls["n"] in (2, 3):
+            cell = cells[calls["n"] - 2]
+            cache.store(cell, fine_run(seed=cell.seed, model=cell.model), 1.0)
+        if calls["n"] == 3:
+            queue.hold.clear()
+        return real_live()
+
+    queue.live = live_then_done
+    out = run(tmp_path / "run", SlurmCells(queue, poll_s=0, cells_per_job=4), fine_run)
+    assert not {c.key for c in cells[:2]} & set(queue.submitted) and out.errors == 0
+
+
+def run_cells(tmp_path):
+    """The plan's cells (from a run on a scratch results directory)."""
+    return run(tmp_path / "probe", SlurmCells(InlineQueue(), poll_s=0), fine_run).plan.cells
+
+
+def test_cells_per_job_is_the_executors_and_never_an_sbatch_option(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    got = slurm_resources(args="cells_per_job=8 time=30")
+    assert got == {**DEFAULTS, "time": 30, "cells_per_job": 8}
+    executor = cell_executor("slurm", got)
+    assert executor.cells_per_job == 8 and "cells_per_job" not in executor.queue.resources
+    for bad in ("0", "17", "2.5", "many"):
+        with pytest.raises(ValueError, match="cells_per_job"):
+            slurm_resources(args=f"cells_per_job={bad}")
 
 
 @pytest.mark.slow
