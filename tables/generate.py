@@ -508,6 +508,10 @@ def generate(
         from kernels.traceable import NOISE_STREAM
 
         numerics = f"{numerics or kernels.NUMERICS}+compiled:{NOISE_STREAM}"
+    cells_executor = cell_executor(executor, slurm_resources)
+    ranks = getattr(cells_executor, "ranks_per_cell", 1)
+    if ranks > 1:  # one data-parallel run of several ranks, each its share of the batch: other arithmetic
+        numerics = f"{numerics or kernels.NUMERICS}+ranks:{ranks}"
     plan = make_plan(spec, profile, seed_list, data_root, recipe_version, numerics, model_versions)
     log_root = None if verbose else results_dir / "logs"
     options = {"skip_bad_samples": True} if skip_bad_samples else {}
@@ -516,7 +520,7 @@ def generate(
     start = time.perf_counter()
     outcomes = run_cells(
         plan, cache, runner, results_dir / "work", progress, log_root, options, cached_only, shared,
-        cell_executor(executor, slurm_resources),
+        cells_executor,
     )  # fmt: skip
     wall = time.perf_counter() - start
 

@@ -180,6 +180,12 @@ class SlurmCells:
             if waiting or self.watched:
                 time.sleep(self.poll_s)
 
+    @property
+    def ranks_per_cell(self) -> int:
+        """The ranks of a cell's data-parallel run: a job's tasks (nodes x tasks a node)."""
+        resources = getattr(self.queue, "resources", {})
+        return int(resources.get("nodes", 1)) * int(resources.get("ntasks_per_node", 1))
+
     def _submit(
         self, template: CellJob, cells: list[Cell], jobs_root: Path, snapshot: float, scope: str
     ) -> list:

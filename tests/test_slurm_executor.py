@@ -194,6 +194,17 @@ def run_cells(tmp_path):
     return run(tmp_path / "probe", SlurmCells(InlineQueue(), poll_s=0), fine_run).plan.cells
 
 
+def test_a_cell_of_several_ranks_is_another_cell_than_the_single_process_one(tmp_path):
+    class TwoRanks(InlineQueue):
+        resources = {"cpus_per_task": 1, "nodes": 1, "ntasks_per_node": 2}
+
+    single = run(tmp_path / "one", SlurmCells(InlineQueue(), poll_s=0), fine_run)
+    two = run(tmp_path / "two", SlurmCells(TwoRanks(), poll_s=0), fine_run)
+    assert len(two.outcomes) == len(single.outcomes) and not set(two.outcomes) & set(single.outcomes)
+    assert all(c.numerics.endswith("+ranks:2") for c in two.plan.cells)
+    assert all(c.numerics is None for c in single.plan.cells)  # an injected runner's, as before
+
+
 def test_cells_per_job_is_the_executors_and_never_an_sbatch_option(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     got = slurm_resources(args="cells_per_job=8 time=30")
