@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import submitit
+
 from atomic_files import write_file
 from tables.cells import Cache, Cell, CellClaim, Claim
 from tables.slurm_job import CellJob, CellsJob
@@ -42,8 +44,12 @@ from tables.slurm_job import CellJob, CellsJob
 JOB_PREFIX = "repro-"
 # Slurm signals a job this way before its time limit (and `scancel --signal=USR1` does by hand); the job's
 # submitit handler checkpoints and requeues on it. submitit's own default is USR2 (NCCL may catch USR1):
-# SUBMITIT_PREEMPT_SIGNAL=USR2 in the environment keeps that.
+# SUBMITIT_PREEMPT_SIGNAL=USR2 in the environment keeps that. The job's handler reads the variable (inherited
+# through sbatch's --export=ALL) when its submitit is imported; the parent's sbatch `--signal` comes from
+# JobEnvironment.USR_SIG, which submitit read at its own import, before this line (tables.slurm_job): set
+# both, or Slurm sends USR2 at the time limit to a job that waits for USR1, and the job dies unrequeued.
 os.environ.setdefault("SUBMITIT_PREEMPT_SIGNAL", "USR1")
+submitit.JobEnvironment.USR_SIG = os.environ["SUBMITIT_PREEMPT_SIGNAL"]
 STDERR_LINES = 4  # of a failed job's stderr, in its cell's outcome
 POLL_S = 1.0
 

@@ -241,6 +241,31 @@ def test_a_job_signalled_after_its_first_checkpoint_requeues_and_resumes_as_the_
     _same_cells(table, whole)
 
 
+@pytest.mark.slow
+def test_a_job_at_its_time_limit_requeues_and_ends_as_the_whole_run(slurm, tmp_path):
+    """Slurm's own signal before the time limit (not scancel's): a 2-minute job signalled 60 s before it,
+    while its cell waits after epoch 1, is requeued under the same id and finishes the cell as the
+    uninterrupted run does. (Before the signal names were tied together, Slurm sent USR2 to a job waiting
+    for USR1, and the job died.)"""
+    import cloudpickle
+
+    spec = _rows("table2", ("resnet18", "daiq"))
+    cell = next(c for c in _plan_cells(spec) if c.method == "daiq")
+    whole = _one_thread_local(spec, tmp_path / "local", runner=run_stopping_after_epoch_1)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        limited = {**ONE_CPU, "time": 2, "signal_delay_s": 60}
+        table = generate(spec, profile="smoke", results_dir=tmp_path / "slurm", progress=False,
+                         runner=run_stopping_after_epoch_1,
+                         executor=SlurmCells(SlurmQueue(limited), poll_s=0.5))  # fmt: skip
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert table.errors == 0
+    entry = json.loads((tmp_path / "slurm" / "cache" / f"{cell.key}.json").read_text())
+    assert entry["executor"]["restarts"] >= 1
+    _same_cells(table, whole)
+
+
 def _plan_cells(spec):
     from tables.generate import make_plan
 

@@ -285,3 +285,14 @@ def test_the_command_takes_the_executor_and_refuses_slurm_args_without_it(tmp_pa
     assert "apply with --executor slurm" in capsys.readouterr().err
     assert repro_main(["table", "table2", "--executor", "slurm", "--slurm-args", "time"]) == 2
     assert "not key=value" in capsys.readouterr().err
+
+
+def test_the_signal_slurm_sends_before_the_time_limit_is_the_one_the_job_waits_for(tmp_path):
+    """submitit reads SUBMITIT_PREEMPT_SIGNAL at its import, which comes before tables.slurm_executor's
+    default; the sbatch line must still name the signal the job's handler (the same variable) waits for."""
+    import os
+
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    script = _make_sbatch_string(command="true", folder=tmp_path, job_name="j", signal_delay_s=60)
+    assert f"#SBATCH --signal={os.environ['SUBMITIT_PREEMPT_SIGNAL']}@60" in script.splitlines()
