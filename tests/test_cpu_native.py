@@ -315,10 +315,14 @@ def test_native_depthwise_is_exact(monkeypatch, c, k, s, p, d, hw):
         w = torch.randint(-127, 128, (c, 1, k, k), generator=gen, dtype=torch.int8)
         y = reference.conv_forward(x, w, s, p, d, c)
         g = torch.randint(-127, 128, y.shape, generator=gen, dtype=torch.int8)
+        scale = torch.tensor(1.7e-5, dtype=torch.float32)
         for xx in (x, x.contiguous(memory_format=torch.channels_last)):
             assert torch.equal(cpu.conv_forward(xx, w, s, p, d, c), y)
             want = reference.conv_input_grad(g, w, x.shape, s, p, d, c)
             assert torch.equal(cpu.conv_input_grad(g, w, x.shape, s, p, d, c), want)
+            # the scaled input gradient (each stride phase gathers only its own taps) is the epilogue's
+            got = cpu.conv_input_grad(g, w, x.shape, s, p, d, c, out_scale=scale)
+            assert torch.equal(got.view(torch.int32), cpu.dequantize(want, scale).view(torch.int32))
             want = reference.conv_weight_grad(x, g, w.shape, s, p, d, c)
             assert torch.equal(cpu.conv_weight_grad(xx, g, w.shape, s, p, d, c), want)
     finally:
