@@ -38,6 +38,9 @@ Which torch ops run (timings: ``python -m kernels.bench.layers``):
 * ``conv_weight_grad``: im2col over batch chunks + ``torch._int_mm`` (exact int32 whatever the
   reduction length N*P), int32 partial sums added. Grouped convolutions put blocks of groups into one
   matmul and keep its diagonal blocks (batched matmuls, not a loop over channels).
+* On the native route (no VNNI), ungrouped 1x1 convolutions with stride 1 and no padding on channels-last
+  operands: one native GEMM call per pass over the (N * positions, C) rows (``_pointwise_*``), none of the
+  general path's per-call Python (docs/measurements.md, issue 64).
 * Depthwise 2-D convolutions, all three passes: the native kernels wherever they are built (``routes.
   native_depthwise``; as block-diagonal matmuls 63 of every 64 products were zeros).
 * ``linear_*``: ``torch._int_mm``.

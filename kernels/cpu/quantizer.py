@@ -43,8 +43,8 @@ def _operand(x: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def _scale_vector(scale) -> torch.Tensor:
-    """scale as a contiguous 1-D float32 tensor on the CPU, for the native code to read (a 0-d or 1-D
-    float32 CPU tensor, what the methods pass, in one dispatch instead of five)."""
+    """scale as a float32 CPU tensor the native code reads: a 0-d or contiguous 1-D float32 CPU tensor (what
+    the methods pass) as it is, in one dispatch instead of five; anything else as a contiguous 1-D copy."""
     if isinstance(scale, torch.Tensor) and scale.dtype == torch.float32 and scale.device.type == "cpu":
         if scale.dim() == 0 or (scale.dim() == 1 and scale.is_contiguous()):
             return scale.detach()
