@@ -146,6 +146,7 @@ TABLES    := table1 table2 table3 table4 table6 ui8-table3 ui8-table4 ui8-table5
 # (docs/cluster.md; `repro train --executor slurm` for one run); the jobs' resources from SLURM_ARGS=
 # ("partition=gpu time=120 cpus_per_task=8") over SLURM_CONFIG= (a TOML [slurm] table; default ./slurm.toml).
 # The speed tables time the device at hand: they stay here.
+# SLURM_ARGS="cells_per_job=16" trains 16 cells a job, one after another: one Python's start for them all.
 EXECUTOR     ?= local
 SLURM_ARGS   ?=
 SLURM_CONFIG ?=

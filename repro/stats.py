@@ -18,26 +18,33 @@ import math
 
 import numpy as np
 import torch
-from scipy import stats as sps
 
 KS_ALPHA = 0.05
 DAIQ_ALPHA = 0.2  # the alpha of f(g) = e^(alpha |g|) that DAIQ Figure 3a plots E with
 LAMBDA = 0.3  # DAIQ's discriminator threshold on P(|g| > sigma) (eq. 15)
 
 
+def _scipy_stats():
+    """scipy.stats, imported on first use: a training run imports this module (repro.recorder) but fits
+    nothing, and the import costs about a second of every run's and Slurm job's start."""
+    from scipy import stats
+
+    return stats
+
+
 # ----------------------------------------------------------------------------------- KS statistics
 def ks_critical(n: int, alpha: float = KS_ALPHA) -> float:
     """The largest D_n that accepts the hypothesis at significance `alpha` for n samples (two-sided, the
     exact distribution of D_n: scipy.stats.kstwo)."""
-    return float(sps.kstwo.ppf(1.0 - alpha, int(n)))
+    return float(_scipy_stats().kstwo.ppf(1.0 - alpha, int(n)))
 
 
 def ks_statistic(sample, cdf) -> float:
     """sup |F_n - F| of a sample against a CDF (a callable or a scipy distribution name)."""
-    return float(sps.kstest(np.asarray(sample, dtype=np.float64), cdf).statistic)
+    return float(_scipy_stats().kstest(np.asarray(sample, dtype=np.float64), cdf).statistic)
 
 
-FITTED = {"gaussian": sps.norm, "laplace": sps.laplace, "student": sps.t}
+FITTED = {"gaussian": "norm", "laplace": "laplace", "student": "t"}  # scipy.stats' names
 
 
 def ks_fits(sample, alpha: float = KS_ALPHA) -> dict[str, float]:
@@ -55,7 +62,8 @@ def ks_fits(sample, alpha: float = KS_ALPHA) -> dict[str, float]:
     if x.size < 2 or std == 0:
         return {**out, **{name: float("nan") for name in FITTED}}
     z = (x - x.mean()) / std
-    for name, dist in FITTED.items():
+    for name, scipy_name in FITTED.items():
+        dist = getattr(_scipy_stats(), scipy_name)
         out[name] = ks_statistic(z, dist(*dist.fit(z)).cdf)
     return out
 
@@ -104,10 +112,11 @@ def dn_fits(sample) -> dict[str, float]:
     x = x[np.isfinite(x)]
     if x.size < 2 or x.std() == 0:
         return {"gaussian": float("nan"), "inverted_t": float("nan"), "eps": float("nan"), "n": int(x.size)}
-    mu, sigma = sps.norm.fit(x)
+    norm = _scipy_stats().norm
+    mu, sigma = norm.fit(x)
     eps, a, b, top = inverted_t_fit(x)  # symmetric about 0, as DAIQ's assumption 1
     return {
-        "gaussian": ks_statistic(x, sps.norm(mu, sigma).cdf),
+        "gaussian": ks_statistic(x, norm(mu, sigma).cdf),
         "inverted_t": ks_statistic(x, lambda v: inverted_t_cdf(v, eps, a, b, top)),
         "eps": eps,
         "n": int(x.size),

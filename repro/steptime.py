@@ -100,6 +100,10 @@ def _sync(device: torch.device) -> None:
 class Runner:
     """One variant's model, optimizer and step."""
 
+    # the clock of the step's phases: wall time; time.process_time (the process's CPU seconds) where the
+    # machine is shared and the run has one thread (repro step-time --cpu-time)
+    clock: Callable[[], float] = staticmethod(time.perf_counter)
+
     def __init__(self, variant: Variant, base: torch.nn.Module, device: torch.device, num_classes: int):
         self.variant, self.device = variant, device
         model = copy.deepcopy(base)
@@ -139,23 +143,23 @@ class Runner:
         self._flags()
         x = x.contiguous(memory_format=self.memory_format)
         _sync(self.device)
-        t0 = time.perf_counter()
+        t0 = self.clock()
         self.optimizer.zero_grad(set_to_none=True)
         # no autocast context at all without amp: torch.autocast rejects devices it has no policy for (meta)
         with torch.autocast(self.device.type, dtype=self.amp) if self.amp else contextlib.nullcontext():
             loss = F.cross_entropy(self.model(x), y)
         _sync(self.device)
-        t1 = time.perf_counter()
+        t1 = self.clock()
         (self.scaler.scale(loss) if self.scaler else loss).backward()
         _sync(self.device)
-        t2 = time.perf_counter()
+        t2 = self.clock()
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
         _sync(self.device)
-        t3 = time.perf_counter()
+        t3 = self.clock()
         return t1 - t0, t2 - t1, t3 - t0
 
 
@@ -226,13 +230,14 @@ def time_variants(
     on_round: Callable[[int, dict], None] | None = None,
     on_step: Callable[[], None] | None = None,
     memory: bool = True,
+    clock: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     """Interleaved timing of every variant: {"samples": {variant: {phase: [seconds per round]}},
     "peak_memory_mb": {variant: MB or None}}.
 
     done: samples of rounds already measured (a resumed run adds rounds until there are `rounds`);
     on_round(rounds measured so far, samples) is called after every round (to save progress);
-    on_step() after every step, warm-up included (a progress bar).
+    on_step() after every step, warm-up included (a progress bar); clock: the runners' clock (Runner.clock).
     """
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
@@ -246,6 +251,9 @@ def time_variants(
         limit = 8 * len(variants)
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
     runners = {v.name: Runner(v, base, device, num_classes) for v in variants}
+    if clock is not None:
+        for runner in runners.values():
+            runner.clock = clock
     del base
     samples = {v.name: {p: list((done or {}).get(v.name, {}).get(p, [])) for p in PHASES} for v in variants}
     have = min(len(samples[v.name]["iteration"]) for v in variants)
@@ -292,9 +300,13 @@ def time_steps(
     warmup: int = 2,
     device: torch.device | None = None,
     compiled: bool = False,
+    cpu_time: bool = False,
 ) -> dict[str, list[float]]:
     """Iteration seconds per method ("fp32" is the plain float model, "bf16"/"fp16" mixed precision);
-    compiled: each also under torch.compile ("<method>+compile"), timed in the same rounds."""
+    compiled: each also under torch.compile ("<method>+compile"), timed in the same rounds; cpu_time: the
+    process's CPU seconds instead of wall time (on a shared machine, with one thread; CPU only)."""
+    if cpu_time and (device or torch.device("cpu")).type != "cpu":
+        raise ValueError("cpu_time measures the CPU's work: a GPU step's time is not in it")
     device = device or torch.device("cpu")
     variants = []
     for m in methods:
@@ -308,7 +320,7 @@ def time_steps(
         variants += compiled_copies(variants)
     out = time_variants(
         variants, model=model_name, batch=batch, size=size, device=device, rounds=rounds, warmup=warmup,
-        num_classes=10, memory=False,
+        num_classes=10, memory=False, clock=time.process_time if cpu_time else None,
     )  # fmt: skip
     return {name: s["iteration"] for name, s in out["samples"].items()}
 

@@ -47,8 +47,12 @@ def cmd_step_time(args) -> int:
         return 2
     # a compiled variant compiles in its warm-up rounds (two for DAIQ: its state exists after one step)
     warmup = 3 if args.compile else 2
-    times = time_steps(args.model, methods, args.batch, args.size, args.rounds, warmup, compiled=args.compile)
-    print(f"{args.model}, batch {args.batch}, {args.size}x{args.size} input, {args.rounds} rounds, CPU")
+    times = time_steps(
+        args.model, methods, args.batch, args.size, args.rounds, warmup, compiled=args.compile,
+        cpu_time=args.cpu_time,
+    )  # fmt: skip
+    clock = "CPU, CPU seconds of the process" if args.cpu_time else "CPU"
+    print(f"{args.model}, batch {args.batch}, {args.size}x{args.size} input, {args.rounds} rounds, {clock}")
     print(report(times))
     return 0
 
@@ -73,6 +77,11 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--compile", action="store_true", help="also time each method under torch.compile")
+    p.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time the process's CPU seconds, not wall time (a shared machine; with OMP_NUM_THREADS=1)",
+    )
     p.set_defaults(func=cmd_step_time)
     add_train_executor(add_train_parser(sub))  # --executor slurm: the run as a Slurm job (tables.slurm_train)
     add_table_parser(sub)

@@ -401,8 +401,9 @@ def cell_executor(executor: str | Any, resources: Mapping[str, Any] | None, devi
         from tables.slurm_executor import SlurmCells, SlurmQueue
         from tables.slurm_resources import slurm_resources
 
-        queue = SlurmQueue(dict(resources) if resources is not None else slurm_resources())
-        return SlurmCells(queue, device=device)
+        resources = dict(resources) if resources is not None else slurm_resources()
+        cells_per_job = int(resources.pop("cells_per_job", 1))  # the executor's, not sbatch's
+        return SlurmCells(SlurmQueue(resources), cells_per_job=cells_per_job, device=device)
     if isinstance(executor, str):
         raise ValueError(f"unknown executor {executor!r}; choose from local, slurm")
     return executor
@@ -508,6 +509,10 @@ def generate(
         from kernels.traceable import NOISE_STREAM
 
         numerics = f"{numerics or kernels.NUMERICS}+compiled:{NOISE_STREAM}"
+    cells_executor = cell_executor(executor, slurm_resources)
+    ranks = getattr(cells_executor, "ranks_per_cell", 1)
+    if ranks > 1:  # one data-parallel run of several ranks, each its share of the batch: other arithmetic
+        numerics = f"{numerics or kernels.NUMERICS}+ranks:{ranks}"
     plan = make_plan(spec, profile, seed_list, data_root, recipe_version, numerics, model_versions)
     log_root = None if verbose else results_dir / "logs"
     options = {"skip_bad_samples": True} if skip_bad_samples else {}
@@ -516,7 +521,7 @@ def generate(
     start = time.perf_counter()
     outcomes = run_cells(
         plan, cache, runner, results_dir / "work", progress, log_root, options, cached_only, shared,
-        cell_executor(executor, slurm_resources),
+        cells_executor,
     )  # fmt: skip
     wall = time.perf_counter() - start
 

@@ -7,8 +7,10 @@ else ./slurm.toml when there is one); `SLURM_ARGS=` / `--slurm-args` (space- or 
 Keys are submitit's SlurmExecutor parameters (partition, time in minutes, nodes, ntasks_per_node,
 cpus_per_task, gpus_per_node, mem, account, qos, constraint, ...); any other key is an sbatch option of its
 own name (`reservation=x` becomes `#SBATCH --reservation=x`). GPUS_PER_CELL and NODES_PER_CELL, the
-Makefile's names, are gpus_per_node and nodes. The resources go into each cell's cache entry (where it ran
-and on what), never into its key: a cell is the same cell wherever it trains.
+Makefile's names, are gpus_per_node and nodes. One key is the executor's own, not sbatch's: cells_per_job
+(default 1), how many pending cells one job trains one after another (tables.slurm_executor). The resources
+go into each cell's cache entry (where it ran and on what), never into its key: a cell is the same cell
+wherever it trains.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from typing import Any
 # A job one CPU a cell (the same arithmetic as `make JOBS=nproc` locally); an hour, past submitit's 5 minutes.
 DEFAULTS: dict[str, Any] = {"cpus_per_task": 1, "time": 60}
 ALIASES = {"gpus_per_cell": "gpus_per_node", "nodes_per_cell": "nodes"}
+# The executor's own keys: kept out of sbatch's options. A pack's job name lists its cells' keys (33
+# characters each), so a pack stays well under a kilobyte.
+EXECUTOR_KEYS = ("cells_per_job",)
+MOST_CELLS_PER_JOB = 16
 CONFIG_ENV = "REPRO_SLURM_CONFIG"
 DEFAULT_CONFIG = "slurm.toml"
 
@@ -83,7 +89,9 @@ def slurm_resources(config: str | os.PathLike | None = None, args: str | None = 
     out: dict[str, Any] = {}
     for key, value in merged.items():
         key = ALIASES.get(key, key)
-        if key in valid:
+        if key in EXECUTOR_KEYS:
+            out[key] = _cells_per_job(value)
+        elif key in valid:
             out[key] = value
         else:  # an sbatch option submitit has no parameter for
             extra[key] = value
@@ -124,3 +132,9 @@ def executor_resources(args) -> dict[str, Any] | None:
     if args.slurm_args or args.slurm_config:
         raise ValueError("--slurm-args and --slurm-config apply with --executor slurm")
     return None
+
+
+def _cells_per_job(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MOST_CELLS_PER_JOB:
+        raise ValueError(f"cells_per_job={value!r}: a whole number from 1 to {MOST_CELLS_PER_JOB}")
+    return value

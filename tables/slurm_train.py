@@ -80,6 +80,7 @@ def train_on_slurm(args, executor, runner: Any = None) -> int:
     kept result; print it as `repro train` prints it. `runner` stands in for the task's run (tests)."""
     from tqdm.auto import tqdm
 
+    from tables.slurm_executor import results_scope
     from tasks import PROFILES, get_task
     from tasks.cli import run_arguments
     from tasks.runner import check_choice, checked_options
@@ -111,9 +112,9 @@ def train_on_slurm(args, executor, runner: Any = None) -> int:
                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")  # fmt: skip
     try:
         executor.run_jobs(
-            [TrainRun(key, what)], job=lambda run: job, done=lambda run, ran: result.exists(),
-            held=lambda run: False, failed=lambda run, error: failures.setdefault(run.key, error), bar=bar,
-            jobs_root=folder.parent,
+            [TrainRun(key, what)], job=lambda runs: job, done=lambda run, ran: result.exists(),
+            held=lambda run, fresh: False, failed=lambda run, error: failures.setdefault(run.key, error),
+            bar=bar, jobs_root=folder.parent, scope=results_scope(folder.parent),
         )  # fmt: skip
     except KeyboardInterrupt:
         print(f"\ninterrupted: the Slurm job goes on; run the same command again to wait for it ({folder})",

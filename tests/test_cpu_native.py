@@ -3,6 +3,8 @@ the shared Philox stream, the dequantizing epilogue, and the exact int8 GEMM; th
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import philox_mirror
 import pytest
@@ -313,10 +315,14 @@ def test_native_depthwise_is_exact(monkeypatch, c, k, s, p, d, hw):
         w = torch.randint(-127, 128, (c, 1, k, k), generator=gen, dtype=torch.int8)
         y = reference.conv_forward(x, w, s, p, d, c)
         g = torch.randint(-127, 128, y.shape, generator=gen, dtype=torch.int8)
+        scale = torch.tensor(1.7e-5, dtype=torch.float32)
         for xx in (x, x.contiguous(memory_format=torch.channels_last)):
             assert torch.equal(cpu.conv_forward(xx, w, s, p, d, c), y)
             want = reference.conv_input_grad(g, w, x.shape, s, p, d, c)
             assert torch.equal(cpu.conv_input_grad(g, w, x.shape, s, p, d, c), want)
+            # the scaled input gradient (each stride phase gathers only its own taps) is the epilogue's
+            got = cpu.conv_input_grad(g, w, x.shape, s, p, d, c, out_scale=scale)
+            assert torch.equal(got.view(torch.int32), cpu.dequantize(want, scale).view(torch.int32))
             want = reference.conv_weight_grad(x, g, w.shape, s, p, d, c)
             assert torch.equal(cpu.conv_weight_grad(xx, g, w.shape, s, p, d, c), want)
     finally:
@@ -361,3 +367,77 @@ def test_absmax_of_a_large_tensor_anywhere_in_it(dtype):
             y[where] = bad
             with pytest.raises(NonFiniteError):
                 cpu.absmax(y)
+
+
+def _cl(t: torch.Tensor) -> torch.Tensor:
+    return t.movedim(1, -1).contiguous().movedim(-1, 1)
+
+
+@pytest.mark.parametrize(
+    "n,cin,cout,spatial",
+    [(2, 3, 5, (7, 8)), (1, 17, 40, (1, 1)), (3, 40, 9, (5,)), (2, 1, 16, (3, 1, 2)), (64, 24, 6, (1, 1))],
+    ids=str,
+)
+def test_native_pointwise_products_are_exact(monkeypatch, n, cin, cout, spatial):
+    """1x1 convolutions (stride 1, no padding, ungrouped) on the native route are one GEMM each
+    (products._pointwise_*). Every pass equals the reference bit for bit; with out_scale, the reference
+    followed by the epilogue. The results have the general path's strides and view-ness (autograd adds
+    gradients into views and plain tensors differently), for channels-last operands, a batch slice of them,
+    and NCHW ones (the general path)."""
+    monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+    cpu.clear_route_caches()
+    calls = []
+    real = native.gemm_rows
+    monkeypatch.setattr(native, "gemm_rows", lambda *a, **k: calls.append(1) or real(*a, **k))
+    try:
+        gen = torch.Generator().manual_seed(n + cin + cout)
+        x = torch.randint(-127, 128, (n + 1, cin, *spatial), generator=gen, dtype=torch.int8)
+        w = torch.randint(-127, 128, (cout, cin, *(1,) * len(spatial)), generator=gen, dtype=torch.int8)
+        g = torch.randint(-127, 128, (n + 1, cout, *spatial), generator=gen, dtype=torch.int8)
+        x[0], g[0] = 127, -127
+        scale = torch.tensor(3.0e-5, dtype=torch.float32)
+        for lay in ("cl", "cl-slice", "nchw"):
+            xx, ww, gg = (x[:n], w, g[:n]) if lay == "nchw" else (_cl(x)[:n], _cl(w), _cl(g)[:n])
+            xx, gg = (xx, gg) if lay != "cl-slice" else (_cl(x)[1:], _cl(g)[1:])
+            xr, gr = xx.contiguous(), gg.contiguous()
+            want = {
+                "forward": reference.conv_forward(xr, w),
+                "input grad": reference.conv_input_grad(gr, w, xr.shape),
+                "weight grad": reference.conv_weight_grad(xr, gr, w.shape),
+            }
+            calls.clear()
+            got = {
+                "forward": cpu.conv_forward(xx, ww),
+                "input grad": cpu.conv_input_grad(gg, ww, xx.shape),
+                "weight grad": cpu.conv_weight_grad(xx, gg, ww.shape),
+            }
+            if lay != "nchw":
+                assert len(calls) == 3, lay
+            elif math.prod(spatial) > 1 and min(cin, cout) > 1:
+                assert not calls  # not channels-last: the general path
+            scaled = {
+                "forward": cpu.conv_forward(xx, ww, out_scale=scale),
+                "input grad": cpu.conv_input_grad(gg, ww, xx.shape, out_scale=scale),
+            }
+            with monkeypatch.context() as m:
+                m.setattr(cpu.products, "_pointwise", lambda *a: False)
+                general = {
+                    "forward": cpu.conv_forward(xx, ww),
+                    "input grad": cpu.conv_input_grad(gg, ww, xx.shape),
+                    "weight grad": cpu.conv_weight_grad(xx, gg, ww.shape),
+                }
+                general_scaled = {
+                    "forward": cpu.conv_forward(xx, ww, out_scale=scale),
+                    "input grad": cpu.conv_input_grad(gg, ww, xx.shape, out_scale=scale),
+                }
+            for what, y in got.items():
+                assert y.dtype == torch.int32 and torch.equal(y, want[what]), (lay, what)
+                assert y.stride() == general[what].stride(), (lay, what)
+                assert y._is_view() == general[what]._is_view(), (lay, what)
+            for what, y in scaled.items():
+                assert y.dtype == torch.float32, (lay, what)
+                assert torch.equal(y.view(torch.int32), cpu.dequantize(want[what], scale).view(torch.int32))
+                assert y.stride() == general_scaled[what].stride(), (lay, what)
+                assert y._is_view() == general_scaled[what]._is_view(), (lay, what)
+    finally:
+        cpu.clear_route_caches()

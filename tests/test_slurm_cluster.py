@@ -95,6 +95,16 @@ def test_smoke_cells_as_slurm_jobs_equal_the_local_cells(slurm, tmp_path):
     assert jobs.frame.drop(columns=["fp32_ms_per_iter", "int8_ms_per_iter"]).equals(
         local.frame.drop(columns=["fp32_ms_per_iter", "int8_ms_per_iter"])
     )
+    # the same cells packed into one job (cells_per_job): one Python's start for all three
+    start = time.perf_counter()
+    packed = generate(spec, profile="smoke", results_dir=tmp_path / "packed", progress=False,
+                      executor="slurm", slurm_resources={**ONE_CPU, "cells_per_job": 3})  # fmt: skip
+    print(f"the same cells as one Slurm job in {time.perf_counter() - start:.1f} s")
+    assert packed.ran == 3 and packed.errors == 0
+    _same_cells(packed, local)
+    job_ids = {json.loads((tmp_path / "packed" / "cache" / f"{k}.json").read_text())["executor"]["job_id"]
+               for k in packed.outcomes}  # fmt: skip
+    assert len(job_ids) == 1
 
 
 # The parent of the kill test: a table of fake cells that each take a few seconds, on Slurm.
@@ -228,6 +238,31 @@ def test_a_job_signalled_after_its_first_checkpoint_requeues_and_resumes_as_the_
     entry = json.loads((results / "cache" / f"{cell.key}.json").read_text())
     assert entry["executor"]["job_id"] == job_id and entry["executor"]["restarts"] >= 1  # requeued, same job
     assert entry["result"]["resumed_from"].endswith("epoch_1.pth")
+    _same_cells(table, whole)
+
+
+@pytest.mark.slow
+def test_a_job_at_its_time_limit_requeues_and_ends_as_the_whole_run(slurm, tmp_path):
+    """Slurm's own signal before the time limit (not scancel's): a 2-minute job signalled 60 s before it,
+    while its cell waits after epoch 1, is requeued under the same id and finishes the cell as the
+    uninterrupted run does. (Before the signal names were tied together, Slurm sent USR2 to a job waiting
+    for USR1, and the job died.)"""
+    import cloudpickle
+
+    spec = _rows("table2", ("resnet18", "daiq"))
+    cell = next(c for c in _plan_cells(spec) if c.method == "daiq")
+    whole = _one_thread_local(spec, tmp_path / "local", runner=run_stopping_after_epoch_1)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        limited = {**ONE_CPU, "time": 2, "signal_delay_s": 60}
+        table = generate(spec, profile="smoke", results_dir=tmp_path / "slurm", progress=False,
+                         runner=run_stopping_after_epoch_1,
+                         executor=SlurmCells(SlurmQueue(limited), poll_s=0.5))  # fmt: skip
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert table.errors == 0
+    entry = json.loads((tmp_path / "slurm" / "cache" / f"{cell.key}.json").read_text())
+    assert entry["executor"]["restarts"] >= 1
     _same_cells(table, whole)
 
 

@@ -22,8 +22,8 @@ from atomic_files import write_folder
 from tables.cells import Cache
 from tables.command import main as repro_main
 from tables.figures.runs import RUNS, ensure, run_folder
-from tables.generate import generate
-from tables.slurm_executor import JOB_PREFIX, SlurmCells, job_name, stderr_tail
+from tables.generate import cell_executor, generate
+from tables.slurm_executor import JOB_PREFIX, SlurmCells, job_name, pack_name, results_scope, stderr_tail
 from tables.slurm_resources import DEFAULTS, parse_args, slurm_resources
 from tasks.runner import RunResult
 
@@ -48,7 +48,7 @@ class InlineQueue:
     resources = {"cpus_per_task": 1, "partition": "test"}
 
     def __init__(self, hold=None):
-        self.jobs, self.submitted, self.hold, self.next_id = {}, [], dict(hold or {}), 100
+        self.jobs, self.submitted, self.names, self.hold, self.next_id = {}, [], [], dict(hold or {}), 100
 
     def submit(self, job, name, folder):
         self.next_id += 1
@@ -56,7 +56,10 @@ class InlineQueue:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{job_id}_submitted.pkl").write_bytes(b"")
         self.jobs[name] = (job_id, job, folder)
-        self.submitted.append(name.removeprefix(JOB_PREFIX))
+        self.submitted += (
+            name.removeprefix(JOB_PREFIX).split("-", 1)[1].split("+")
+        )  # its cells' or run's keys
+        self.names.append(name)
         return job_id
 
     def live(self):
@@ -99,7 +102,9 @@ def test_a_rerun_waits_for_the_live_jobs_and_submits_only_the_missing_cells(tmp_
     first = run(tmp_path / "probe", SlurmCells(InlineQueue(), poll_s=0), fine_run)
     cells = first.plan.cells
     running = cells[0]
-    queue = InlineQueue(hold={job_name(running): "77"})  # an earlier parent's job, still running
+    scope = results_scope(tmp_path / "run" / "cache")
+    # an earlier parent's job, still running; the same cell's job of another results directory is not it
+    queue = InlineQueue(hold={job_name(running, scope): "77", job_name(cells[1], "0ther0ne"): "78"})
     executor = SlurmCells(queue, poll_s=0)
     cache = Cache(tmp_path / "run" / "cache")
 
@@ -114,6 +119,7 @@ def test_a_rerun_waits_for_the_live_jobs_and_submits_only_the_missing_cells(tmp_
     queue.live = live_then_done
     out = run(tmp_path / "run", executor, fine_run)
     assert running.key not in queue.submitted and len(queue.submitted) == len(cells) - 1
+    assert cells[1].key in queue.submitted
     assert out.errors == 0 and out.outcomes[running.key].result["top1"] == 50.0
 
 
@@ -140,6 +146,83 @@ def test_a_submission_that_never_reached_its_job_is_submitted_again(tmp_path):
     out = run(tmp_path, SlurmCells(queue, poll_s=0), fine_run)
     assert out.errors == 0 and len(queue.submitted) == len(out.outcomes) + 1
     assert queue.submitted[0] == queue.submitted[-1]
+
+
+def test_cells_per_job_packs_the_cells_into_fewer_jobs_with_the_same_results(tmp_path):
+    local = run(tmp_path / "local", "local", fine_run)
+    queue = InlineQueue()
+    packed = run(tmp_path / "packed", SlurmCells(queue, poll_s=0, cells_per_job=3), fine_run)
+    n = len(local.outcomes)
+    assert n > 3 and sorted(queue.submitted) == sorted(local.outcomes)
+    assert len(queue.names) == -(-n // 3) and all(name.count("+") <= 2 for name in queue.names)
+    assert packed.frame.to_csv() == local.frame.to_csv()
+    for key in local.outcomes:
+        entry = json.loads((tmp_path / "packed" / "cache" / f"{key}.json").read_text())
+        (record,) = [
+            json.loads(r)
+            for r in (tmp_path / "packed" / "slurm" / key / "jobs.jsonl").read_text().splitlines()
+        ]
+        assert entry["executor"]["cells_in_job"] == record["cells_in_job"] in (1, 2, 3)
+        assert (
+            tmp_path / "packed" / "slurm" / record["folder"] / f"{record['job_id']}_submitted.pkl"
+        ).exists()
+
+
+def test_a_failed_cell_in_a_pack_leaves_the_packs_other_cells_trained(tmp_path):
+    out = run(tmp_path, SlurmCells(InlineQueue(), poll_s=0, cells_per_job=len(run_cells(tmp_path))))
+    failed = {k: o for k, o in out.outcomes.items() if o.error}
+    assert len(failed) == 1 and out.errors == 1
+    (error,) = [o.error for o in failed.values()]
+    assert error.startswith("Slurm job 101") and "boom: fake failure" in error
+    assert all(o.result for o in out.outcomes.values() if not o.error)
+
+
+def test_a_rerun_waits_for_a_live_pack_and_submits_none_of_its_cells(tmp_path):
+    cells = run_cells(tmp_path)
+    # an earlier parent's pack, still running
+    queue = InlineQueue(hold={pack_name(cells[:2], results_scope(tmp_path / "run" / "cache")): "77"})
+    cache = Cache(tmp_path / "run" / "cache")
+    calls, real_live = {"n": 0}, queue.live
+
+    def live_then_done():  # the pack trains its first cell, then its second, then ends
+        calls["n"] += 1
+        if calls["n"] in (2, 3):
+            cell = cells[calls["n"] - 2]
+            cache.store(cell, fine_run(seed=cell.seed, model=cell.model), 1.0)
+        if calls["n"] == 3:
+            queue.hold.clear()
+        return real_live()
+
+    queue.live = live_then_done
+    out = run(tmp_path / "run", SlurmCells(queue, poll_s=0, cells_per_job=4), fine_run)
+    assert not {c.key for c in cells[:2]} & set(queue.submitted) and out.errors == 0
+
+
+def run_cells(tmp_path):
+    """The plan's cells (from a run on a scratch results directory)."""
+    return run(tmp_path / "probe", SlurmCells(InlineQueue(), poll_s=0), fine_run).plan.cells
+
+
+def test_a_cell_of_several_ranks_is_another_cell_than_the_single_process_one(tmp_path):
+    class TwoRanks(InlineQueue):
+        resources = {"cpus_per_task": 1, "nodes": 1, "ntasks_per_node": 2}
+
+    single = run(tmp_path / "one", SlurmCells(InlineQueue(), poll_s=0), fine_run)
+    two = run(tmp_path / "two", SlurmCells(TwoRanks(), poll_s=0), fine_run)
+    assert len(two.outcomes) == len(single.outcomes) and not set(two.outcomes) & set(single.outcomes)
+    assert all(c.numerics.endswith("+ranks:2") for c in two.plan.cells)
+    assert all(c.numerics is None for c in single.plan.cells)  # an injected runner's, as before
+
+
+def test_cells_per_job_is_the_executors_and_never_an_sbatch_option(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    got = slurm_resources(args="cells_per_job=8 time=30")
+    assert got == {**DEFAULTS, "time": 30, "cells_per_job": 8}
+    executor = cell_executor("slurm", got)
+    assert executor.cells_per_job == 8 and "cells_per_job" not in executor.queue.resources
+    for bad in ("0", "17", "2.5", "many"):
+        with pytest.raises(ValueError, match="cells_per_job"):
+            slurm_resources(args=f"cells_per_job={bad}")
 
 
 class LocalQueue:
@@ -219,6 +302,17 @@ def test_the_command_takes_the_executor_and_refuses_slurm_args_without_it(tmp_pa
     assert "not key=value" in capsys.readouterr().err
 
 
+def test_the_signal_slurm_sends_before_the_time_limit_is_the_one_the_job_waits_for(tmp_path):
+    """submitit reads SUBMITIT_PREEMPT_SIGNAL at its import, which comes before tables.slurm_executor's
+    default; the sbatch line must still name the signal the job's handler (the same variable) waits for."""
+    import os
+
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    script = _make_sbatch_string(command="true", folder=tmp_path, job_name="j", signal_delay_s=60)
+    assert f"#SBATCH --signal={os.environ['SUBMITIT_PREEMPT_SIGNAL']}@60" in script.splitlines()
+
+
 def fake_train(spec, profile, folder, data_root, log, record=None):
     """A stand-in for a figure run's training (tables.figures.runs.train): writes its folder as train does;
     fails for UI8's MobileNet without clipping."""
@@ -241,7 +335,8 @@ def test_figure_runs_are_jobs_a_live_one_waited_for_and_none_submitted_twice(tmp
     monkeypatch.setattr("tables.figures.runs.train", fake_train)
     root = tmp_path / "figures" / "runs"
     live, pending = (run_folder(root, RUNS[n], "smoke", None) for n in FIGURE_RUNS)
-    queue = InlineQueue(hold={f"{JOB_PREFIX}{live.name}": "77"})  # an earlier parent's job, still running
+    # an earlier parent's job, still running
+    queue = InlineQueue(hold={f"{JOB_PREFIX}{results_scope(root)}-{live.name}": "77"})
     calls, real_live = {"n": 0}, queue.live
 
     def live_then_done():  # the held job finishes (its run written) on the third look
@@ -257,7 +352,7 @@ def test_figure_runs_are_jobs_a_live_one_waited_for_and_none_submitted_twice(tmp
     assert runs[FIGURE_RUNS[1]].meta["executor"]["name"] == "slurm"
     assert runs[FIGURE_RUNS[1]].meta["executor"]["resources"] == queue.resources
     (record,) = (tmp_path / "figures" / "slurm" / pending.name / "jobs.jsonl").read_text().splitlines()
-    assert json.loads(record)["what"] == f"figure run {FIGURE_RUNS[1]}"
+    assert json.loads(record)["cell"] == f"figure run {FIGURE_RUNS[1]}"  # what the job runs
     again = InlineQueue()
     ensure(FIGURE_RUNS, "smoke", tmp_path, progress=False, executor=SlurmCells(again, poll_s=0))
     assert again.submitted == []  # all written

@@ -239,3 +239,22 @@ def test_a_compiled_step_time_table_adds_a_compiled_row_per_variant(tmp_path, mo
     assert gen.cell.key != eager.key and eager.variants == [v for v in gen.cell.variants if not v.compiled]
     with pytest.raises(ValueError, match="step-time"):
         make_cell(get_spec("ui8-table2"), "smoke", devices.resolve("cpu"), compiled=True)
+
+
+def test_step_time_cpu_time_reads_the_process_clock(monkeypatch, capsys):
+    """repro step-time --cpu-time times every phase on time.process_time (a shared machine, one thread)."""
+    import time
+
+    from repro import steptime
+
+    monkeypatch.setitem(steptime.MODELS, "resnet18", _tiny_resnet)
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(time, "process_time", lambda: float(next(ticks)))
+    assert repro_main(["step-time", "--methods", "fp32,gq", "--batch", "2", "--size", "8", "--rounds", "2",
+                       "--cpu-time"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "CPU seconds of the process" in out
+    # four clock reads a step, t3 - t0 = 3 ticks: 3000 ms a step
+    assert out.count("3000.0") == 2, out
+    with pytest.raises(ValueError, match="GPU"):
+        steptime.time_steps("resnet18", ["fp32"], 1, 8, 1, cpu_time=True, device=torch.device("meta"))

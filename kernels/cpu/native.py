@@ -49,6 +49,16 @@ def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scal
     return out
 
 
+def gemm_rows(m, n, k, a, sam, sak, b, sbk, sbn, out, ldc, scale=None) -> None:
+    """rq_gemm_s8 on tensors whose strides the caller has checked (out: int32, or float32 with `scale`):
+    the 1x1 convolutions' products (kernels.cpu.products), one call without gemm's checks and copies."""
+    if scale is not None and not (scale.dtype == torch.float32 and scale.device.type == "cpu" and
+                                  scale.numel() == 1):  # fmt: skip
+        scale = _scale_arg(scale)
+    library().rq_gemm_s8(m, n, k, a.data_ptr(), sam, sak, b.data_ptr(), sbk, sbn, out.data_ptr(), ldc,
+                         None if scale is None else scale.data_ptr())  # fmt: skip
+
+
 def _channels_last_2d(t: torch.Tensor) -> torch.Tensor:
     return (
         t

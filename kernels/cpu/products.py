@@ -38,6 +38,9 @@ Which torch ops run (timings: ``python -m kernels.bench.layers``):
 * ``conv_weight_grad``: im2col over batch chunks + ``torch._int_mm`` (exact int32 whatever the
   reduction length N*P), int32 partial sums added. Grouped convolutions put blocks of groups into one
   matmul and keep its diagonal blocks (batched matmuls, not a loop over channels).
+* On the native route (no VNNI), ungrouped 1x1 convolutions with stride 1 and no padding on channels-last
+  operands: one native GEMM call per pass over the (N * positions, C) rows (``_pointwise_*``), none of the
+  general path's per-call Python (docs/measurements.md, issue 64).
 * Depthwise 2-D convolutions, all three passes: the native kernels wherever they are built (``routes.
   native_depthwise``; as block-diagonal matmuls 63 of every 64 products were zeros).
 * ``linear_*``: ``torch._int_mm``.
@@ -69,7 +72,7 @@ import torch
 
 from ..geometry import check_grad_output, conv_geometry
 from . import im2col, native, onednn, routes
-from .memory import as_cl, empty_cl
+from .memory import as_cl, empty_cl, huge_pages
 from .quantizer import dequantize
 
 # oneDNN convolutions: batch chunk such that a chunk's fp32 output has about this many bytes
@@ -152,6 +155,98 @@ def _conv_int(
 
 
 # ----------------------------------------------------------------------------------------------------
+# 1x1 convolutions on the native GEMM: one call each, no im2col, no phases, no batch chunks
+
+
+def _pointwise(k, s, p, groups) -> bool:
+    """An ungrouped 1x1 convolution with stride 1 and no padding on the native GEMM's route: each pass is
+    one GEMM over the channels-last rows. The general path costs 60-150 us of Python and torch dispatch a
+    call (im2col views, chunks, the input gradient's phases), more than MobileNetV2's small layers compute
+    (docs/measurements.md, issue 64); the products are the same exact int32 sums."""
+    return (
+        groups == 1
+        and all(v == 1 for v in k)
+        and all(v == 1 for v in s)
+        and not any(p)
+        and (not routes.torch_int8_fast())
+    )
+
+
+def _cl_rows(t: torch.Tensor) -> int | None:
+    """The row stride of t (N, C, *spatial) read as the (N * prod(spatial), C) matrix of its channels-last
+    rows, when that matrix has unit column stride and one row stride (a channels-last tensor, or a batch
+    slice of one); else None."""
+    shape, stride = t.shape, t.stride()
+    c = shape[1]
+    if c > 1 and stride[1] != 1:
+        return None
+    ld, span = None, None
+    for i in (*range(len(shape) - 1, 1, -1), 0):
+        if shape[i] == 1:
+            continue
+        if ld is None:
+            ld, span = stride[i], stride[i] * shape[i]
+        elif stride[i] != span:
+            return None
+        else:
+            span *= shape[i]
+    ld = c if ld is None else ld
+    return ld if ld >= c else None
+
+
+def _rows_out(n, spatial, c, scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """A channels-last (N, C, *spatial) output, and the (rows, C) int32 buffer its GEMM writes. With a scale
+    the output is float32, made as conv_exact makes it (movedim, then native.as_float_view: a tensor autograd
+    does not count as a view, which decides how it adds gradients, native's docstring)."""
+    buf = huge_pages(torch.empty((n, *spatial, c), dtype=torch.int32))
+    y = buf.movedim(-1, 1)
+    return (y if scale is None else native.as_float_view(y)), buf
+
+
+def _pointwise_forward(xq, wq, scale) -> torch.Tensor | None:
+    ld = _cl_rows(xq)
+    if ld is None:
+        return None
+    n, cin, *sp = xq.shape
+    cout = wq.shape[0]
+    y, buf = _rows_out(n, sp, cout, scale)
+    # y[r, o] = sum_c x[r, c] w[o, c]
+    rows = n * math.prod(sp)
+    native.gemm_rows(rows, cout, cin, xq, ld, 1, wq, wq.stride(1), wq.stride(0), buf, cout, scale)
+    return y
+
+
+def _pointwise_input_grad(gq, wq, scale) -> torch.Tensor | None:
+    ld = _cl_rows(gq)
+    if ld is None:
+        return None
+    n, cout, *sp = gq.shape
+    cin = wq.shape[1]
+    dx, buf = _rows_out(n, sp, cin, scale)
+    # dx[r, c] = sum_o g[r, o] w[o, c]
+    rows = n * math.prod(sp)
+    native.gemm_rows(rows, cin, cout, gq, ld, 1, wq, wq.stride(0), wq.stride(1), buf, cin, scale)
+    return dx
+
+
+def _pointwise_weight_grad(xq, gq, weight_shape) -> torch.Tensor | None:
+    lx, lg = _cl_rows(xq), _cl_rows(gq)
+    if lx is None or lg is None:
+        return None
+    cout, cin, *k = weight_shape
+    rows = gq.shape[0] * math.prod(gq.shape[2:])
+    # the general path's layouts (conv_weight_grad): a wide weight as the channels-last view of (Cout, Cin),
+    # else the (Cin, Cout) product made contiguous (Cout, Cin, *k)
+    if cout * cin > rows:
+        dw = torch.empty((cout, cin), dtype=torch.int32)
+        native.gemm_rows(cout, cin, rows, gq, 1, lg, xq, lx, 1, dw, cin)  # g^T x
+        return dw.view(cout, *k, cin).movedim(-1, 1)
+    dw = torch.empty((cin, cout), dtype=torch.int32)
+    native.gemm_rows(cin, cout, rows, xq, 1, lx, gq, lg, 1, dw, cout)  # x^T g
+    return dw.view(1, 1, cin, cout).permute(1, 3, 2, 0).reshape(cout, cin, *k).contiguous()  # as there
+
+
+# ----------------------------------------------------------------------------------------------------
 # public API
 
 
@@ -161,6 +256,12 @@ def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1, out_scale=No
     out_scale)``; on the native route (``epilogue_in_products``) without a pass of its own."""
     _check(xq, wq)
     nd, s, p, d, k, out = conv_geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
+    if routes.native_depthwise(nd, groups, xq.shape[1], wq.shape[0]):  # where _conv_int would send it
+        return native.depthwise_forward(xq, wq, s, p, d, out, out_scale)
+    if _pointwise(k, s, p, groups):
+        y = _pointwise_forward(xq, wq, out_scale)
+        if y is not None:
+            return y
     return _conv_int(xq, wq, s, p, d, groups, scale=out_scale)
 
 
@@ -221,6 +322,10 @@ def conv_input_grad(
     check_grad_output(gq.shape, (n, cout, *out))
     if routes.native_depthwise(nd, groups, cin, cout):
         return native.depthwise_input_grad(gq, wq, input_shape, s, p, d, out_scale)
+    if _pointwise(k, s, p, groups):
+        dx = _pointwise_input_grad(gq, wq, out_scale)
+        if dx is not None:
+            return dx
     a, b = cin // groups, cout // groups
     # dx: int32, or with out_scale the float32 view of an int32 buffer (native.as_float_view); 0 and 0.0 have
     # the same bits
@@ -277,6 +382,10 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
     ntap = math.prod(k)
     if routes.native_depthwise(nd, groups, cin, cout):
         return native.depthwise_weight_grad(xq, gq, k, s, p, d)
+    if _pointwise(k, s, p, groups):
+        dw = _pointwise_weight_grad(xq, gq, weight_shape)
+        if dw is not None:
+            return dw
     # groups per matmul: blk groups together give a (blk*a, blk*b) product whose diagonal blocks are
     # the per-group results (the batched exact formulation for depthwise and other many-group convs)
     blk = min(groups, max(1, 64 // max(a, b)))

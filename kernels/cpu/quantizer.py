@@ -42,8 +42,17 @@ def _operand(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     return dense(x), DTYPES[x.dtype]
 
 
+def _scale_vector(scale) -> torch.Tensor:
+    """scale as a float32 CPU tensor the native code reads: a 0-d or contiguous 1-D float32 CPU tensor (what
+    the methods pass) as it is, in one dispatch instead of five; anything else as a contiguous 1-D copy."""
+    if isinstance(scale, torch.Tensor) and scale.dtype == torch.float32 and scale.device.type == "cpu":
+        if scale.dim() == 0 or (scale.dim() == 1 and scale.is_contiguous()):
+            return scale.detach()
+    return torch.as_tensor(scale, dtype=torch.float32).detach().to("cpu").reshape(-1).contiguous()
+
+
 def _scales(scale, x: torch.Tensor, axis: int | None) -> torch.Tensor:
-    s = torch.as_tensor(scale, dtype=torch.float32).detach().to("cpu").reshape(-1).contiguous()
+    s = _scale_vector(scale)
     if axis is None:
         if s.numel() != 1:
             raise ValueError(f"per-tensor quantization needs one scale, got shape {tuple(s.shape)}")
@@ -124,6 +133,12 @@ def quantize(
     if lib is None:
         return _torch_quantize(x, s, axis, rounding, generator, above)
     xd, dt = _operand(x)
+    return _native_quantize(lib, x, xd, dt, s, axis, rounding, generator, above, count_axis)
+
+
+def _native_quantize(lib, x, xd, dt, s, axis, rounding, generator, above, count_axis):
+    """quantize's native call: xd dense, s the checked float32 scales (contiguous, on the CPU)."""
+    ndim = xd.dim()
     q = torch.empty_like(xd, dtype=torch.int8)
     thresh, counts = None, None
     if above is not None:
@@ -145,8 +160,20 @@ def quantize(
 
 def absmax_quantize(x, axis=None, rounding="nearest", generator=None):
     """(codes, s) with s = max|x| per tensor or per slice along `axis`."""
-    s = absmax(x, axis)
-    return quantize(x, s, axis, rounding, generator), s
+    lib = runtime.library()
+    if lib is None or axis is not None:
+        s = absmax(x, axis)
+        return quantize(x, s, axis, rounding, generator), s
+    # per tensor (every forward operand, and gq's gradient): absmax's and quantize's native calls on one
+    # dense operand, without quantize's checks of a scale absmax has just made (a float32 0-d tensor on
+    # the CPU, finite: rq_absmax raises on a non-finite input). Tens of microseconds of dispatch a call,
+    # three calls a layer and step (docs/measurements.md, issue 64's fixed costs)
+    _check_rounding(rounding)
+    xd, dt = _operand(x)
+    s = torch.zeros((), dtype=torch.float32)  # an empty x's max
+    if xd.numel() and lib.rq_absmax(pointer(xd), dt, xd.numel(), pointer(s)):
+        _raise("max|x|'s input", x)
+    return _native_quantize(lib, x, xd, dt, s, None, rounding, generator, None, None), s
 
 
 def dequantize(
@@ -162,7 +189,7 @@ def dequantize(
     if lib is None or dtype not in (torch.float32, torch.bfloat16) or acc.dtype != torch.int32:
         return _torch_dequantize(acc, scale, axis, dtype)
     acc = dense(acc)
-    s = torch.as_tensor(scale, dtype=torch.float32).detach().to("cpu").reshape(-1).contiguous()
+    s = _scale_vector(scale)
     axis = None if axis is None else axis % acc.dim()
     out = (
         acc.view(torch.float32) if inplace and dtype == torch.float32 else torch.empty_like(acc, dtype=dtype)

@@ -410,13 +410,14 @@ def _on_executor(executor, todo: list[FigureRun], profile: str, data_root, resul
     """Each run of `todo` as one job of `executor` (tables.slurm_executor: re-attached to a live job of an
     earlier parent, never submitted twice); once all have ended, a RuntimeError names each run whose job
     ended without it (the job's id and the tail of its stderr)."""
-    from tables.slurm_executor import claimed_elsewhere
+    from tables.slurm_executor import claimed_elsewhere, results_scope
     from tables.slurm_job import FigureRunJob
 
     failures: dict[str, str] = {}
     resources = dict(getattr(executor.queue, "resources", {}))
 
-    def job(run: FigureRun) -> FigureRunJob:
+    def job(runs: list[FigureRun]) -> FigureRunJob:
+        (run,) = runs  # one run a job
         log = None if verbose else str(run_log(results_dir, run.name, profile).resolve())
         return FigureRunJob(run.name, profile, str(run.folder.resolve()), data_root, log, resources=resources,
                             device=executor.device)  # fmt: skip
@@ -425,10 +426,11 @@ def _on_executor(executor, todo: list[FigureRun], profile: str, data_root, resul
         failures[run.name] = error
         bar.write(f"{run.describe()} failed: {error}", file=sys.stderr)
 
+    root = Path(results_dir) / "figures"
     executor.run_jobs(
         todo, job=job, done=lambda run, ran: (run.folder / "result.json").exists(), failed=failed,
-        held=lambda run: claimed_elsewhere(Claim(run.folder.parent / f"{run.folder.name}.lock")), bar=bar,
-        jobs_root=Path(results_dir) / "figures" / "slurm",
+        held=lambda run, fresh: claimed_elsewhere(Claim(run.folder.parent / f"{run.folder.name}.lock")),
+        bar=bar, jobs_root=root / "slurm", scope=results_scope(root / "runs"),
     )  # fmt: skip
     if failures:
         raise RuntimeError("; ".join(f"figure run {name}: {error}" for name, error in failures.items()))
