@@ -39,8 +39,8 @@ Which torch ops run (timings: ``python -m kernels.bench.layers``):
   reduction length N*P), int32 partial sums added. Grouped convolutions put blocks of groups into one
   matmul and keep its diagonal blocks (batched matmuls, not a loop over channels).
 * On the native route (no VNNI), ungrouped 1x1 convolutions with stride 1 and no padding on channels-last
-  operands: one native GEMM call per pass over the (N * positions, C) rows (``_pointwise_*``), none of the
-  general path's per-call Python (docs/measurements.md, issue 64).
+  operands: one native GEMM call per pass over the (N * positions, C) rows (``_pointwise_gemm``,
+  ``_pointwise_weight_grad``), none of the general path's per-call Python (docs/measurements.md, issue 64).
 * Depthwise 2-D convolutions, all three passes: the native kernels wherever they are built (``routes.
   native_depthwise``; as block-diagonal matmuls 63 of every 64 products were zeros).
 * ``linear_*``: ``torch._int_mm``.
@@ -203,30 +203,18 @@ def _rows_out(n, spatial, c, scale) -> tuple[torch.Tensor, torch.Tensor]:
     return (y if scale is None else native.as_float_view(y)), buf
 
 
-def _pointwise_forward(xq, wq, scale) -> torch.Tensor | None:
-    ld = _cl_rows(xq)
+def _pointwise_gemm(aq, wq, scale, *, transposed: bool) -> torch.Tensor | None:
+    """A 1x1 stride-1 product as one GEMM over the rows of channels-last `aq`: the forward pass
+    y[r, o] = sum_c x[r, c] w[o, c]; `transposed`, the input gradient dx[r, c] = sum_o g[r, o] w[o, c]."""
+    ld = _cl_rows(aq)
     if ld is None:
         return None
-    n, cin, *sp = xq.shape
-    cout = wq.shape[0]
-    y, buf = _rows_out(n, sp, cout, scale)
-    # y[r, o] = sum_c x[r, c] w[o, c]
-    rows = n * math.prod(sp)
-    native.gemm_rows(rows, cout, cin, xq, ld, 1, wq, wq.stride(1), wq.stride(0), buf, cout, scale)
-    return y
-
-
-def _pointwise_input_grad(gq, wq, scale) -> torch.Tensor | None:
-    ld = _cl_rows(gq)
-    if ld is None:
-        return None
-    n, cout, *sp = gq.shape
-    cin = wq.shape[1]
-    dx, buf = _rows_out(n, sp, cin, scale)
-    # dx[r, c] = sum_o g[r, o] w[o, c]
-    rows = n * math.prod(sp)
-    native.gemm_rows(rows, cin, cout, gq, ld, 1, wq, wq.stride(0), wq.stride(1), buf, cin, scale)
-    return dx
+    n, k, *sp = aq.shape
+    m = wq.shape[1] if transposed else wq.shape[0]
+    out, buf = _rows_out(n, sp, m, scale)
+    w_strides = (wq.stride(0), wq.stride(1)) if transposed else (wq.stride(1), wq.stride(0))
+    native.gemm_rows(n * math.prod(sp), m, k, aq, ld, 1, wq, *w_strides, buf, m, scale)
+    return out
 
 
 def _pointwise_weight_grad(xq, gq, weight_shape) -> torch.Tensor | None:
@@ -259,7 +247,7 @@ def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1, out_scale=No
     if routes.native_depthwise(nd, groups, xq.shape[1], wq.shape[0]):  # where _conv_int would send it
         return native.depthwise_forward(xq, wq, s, p, d, out, out_scale)
     if _pointwise(k, s, p, groups):
-        y = _pointwise_forward(xq, wq, out_scale)
+        y = _pointwise_gemm(xq, wq, out_scale, transposed=False)
         if y is not None:
             return y
     return _conv_int(xq, wq, s, p, d, groups, scale=out_scale)
@@ -323,7 +311,7 @@ def conv_input_grad(
     if routes.native_depthwise(nd, groups, cin, cout):
         return native.depthwise_input_grad(gq, wq, input_shape, s, p, d, out_scale)
     if _pointwise(k, s, p, groups):
-        dx = _pointwise_input_grad(gq, wq, out_scale)
+        dx = _pointwise_gemm(gq, wq, out_scale, transposed=True)
         if dx is not None:
             return dx
     a, b = cin // groups, cout // groups
