@@ -59,15 +59,16 @@ def cmd_train_anywhere(args) -> int:
     return train_on_slurm(args, cell_executor("slurm", resources, args.device))
 
 
-def run_key(task: str, arguments: dict[str, Any], device: str | None) -> str:
-    """What the run is: its task and run arguments, the device asked for, the recipe's version and the
-    numerics (and a --config file's contents): the same command, the same key."""
+def run_key(task: str, arguments: dict[str, Any], device: str | None, ranks: int = 1) -> str:
+    """What the run is: its task and run arguments, the device asked for, the recipe's version, the
+    numerics, the ranks of its data-parallel run (a job's tasks: each its share of the batch) and a
+    --config file's contents: the same command on the same resources' shape, the same key."""
     import kernels
     from tasks import get_task, recipe_version
 
     config = arguments.get("config")
     identity = {
-        "task": task, **arguments, "device": device, "numerics": kernels.NUMERICS,
+        "task": task, **arguments, "device": device, "numerics": kernels.NUMERICS, "ranks": ranks,
         "recipe_version": recipe_version(get_task(task), arguments["model"]),
         "config_sha256": hashlib.sha256(Path(config).read_bytes()).hexdigest() if config else None,
     }  # fmt: skip
@@ -99,7 +100,7 @@ def train_on_slurm(args, executor, runner: Any = None) -> int:
     # a misspelt profile, method or method option: one line and exit 2 here, as locally, not a failed job
     check_choice("profile", args.profile, PROFILES)
     checked_options(arguments["method"], arguments["method_options"])
-    key = run_key(args.task, arguments, args.device)
+    key = run_key(args.task, arguments, args.device, executor.ranks_per_cell)
     folder = (Path(args.results_dir) / "train" / key).resolve()
     own_work_dir = arguments["work_dir"] is None
     arguments["work_dir"] = str(folder / "work" if own_work_dir else Path(arguments["work_dir"]).resolve())

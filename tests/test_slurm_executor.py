@@ -475,3 +475,11 @@ def test_a_failed_cell_is_named_in_its_table_and_in_the_claims_that_read_it(tmp_
         frame["failed_cells"][0].startswith("table2: row resnet18 ")
         and "Slurm job 10" in frame["failed_cells"][0]
     )
+
+
+def test_a_training_of_several_ranks_is_another_run_than_the_one_process_one():
+    from tables.slurm_train import run_key
+
+    arguments = {"model": "resnet18", "method": "daiq", "profile": "smoke", "seed": 0, "config": None}
+    one, two = (run_key("classification", arguments, "cpu", ranks) for ranks in (1, 2))
+    assert one != two and one == run_key("classification", dict(arguments), "cpu")
