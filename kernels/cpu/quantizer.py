@@ -72,12 +72,17 @@ def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
         return _torch_absmax(x, axis)
     xd, dt = _operand(x)
     if axis is None:
-        out = torch.zeros((), dtype=torch.float32)  # an empty x's max
-        if xd.numel() and lib.rq_absmax(pointer(xd), dt, xd.numel(), pointer(out)):
-            _raise("max|x|'s input", x)
-        return out
+        return _native_absmax(lib, x, xd, dt)
     amax, _ = _stats(lib, xd, dt, axis % max(1, x.dim()), moments=False)
     return amax
+
+
+def _native_absmax(lib, x, xd, dt) -> torch.Tensor:
+    """max|x| of the dense operand xd as a float32 0-d tensor; raises on a non-finite x."""
+    out = torch.zeros((), dtype=torch.float32)  # an empty x's max
+    if xd.numel() and lib.rq_absmax(pointer(xd), dt, xd.numel(), pointer(out)):
+        _raise("max|x|'s input", x)
+    return out
 
 
 def channel_stats(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,9 +175,7 @@ def absmax_quantize(x, axis=None, rounding="nearest", generator=None):
     # three calls a layer and step (docs/measurements.md, issue 64's fixed costs)
     _check_rounding(rounding)
     xd, dt = _operand(x)
-    s = torch.zeros((), dtype=torch.float32)  # an empty x's max
-    if xd.numel() and lib.rq_absmax(pointer(xd), dt, xd.numel(), pointer(s)):
-        _raise("max|x|'s input", x)
+    s = _native_absmax(lib, x, xd, dt)
     return _native_quantize(lib, x, xd, dt, s, None, rounding, generator, None, None), s
 
 
