@@ -60,3 +60,9 @@ def test_seeds_plan_on_the_command_line(tmp_path, capsys):
                        "--results-dir", str(tmp_path)]) == 0  # fmt: skip
     meta = json.loads((tmp_path / "ui8-table5.meta.json").read_text())
     assert f"--seeds {planned}" in meta["command"] and meta["cells"]["total"] > 0
+
+
+def test_seeds_plan_reaches_a_speed_table_as_no_seeds(capsys):
+    """`make tables SEEDS=plan` passes --seeds plan to the speed tables too: they time one cell."""
+    assert repro_main(["table", "table7", "--seeds", "plan", "--cached-only"]) == 2
+    assert "--cached-only applies to the training tables" in capsys.readouterr().err
