@@ -407,6 +407,8 @@ def _cells_device(outcomes) -> dict:
 def _trained_on(outcomes) -> dict[str, int]:
     counts: dict[str, int] = {}
     for o in outcomes:
+        if o.shared_from:  # scored from its twin's training, which is counted there
+            continue
         if device := (o.ran_with or {}).get("device"):
             counts[device] = counts.get(device, 0) + 1
     return counts

@@ -65,3 +65,13 @@ def test_each_cell_records_its_device_and_the_footer_says_it(tmp_path):
     assert entries and {e["ran_with"]["device"] for e in entries} == {trained_on()}
     assert out.meta["trained_on"] == {trained_on(): len(entries)}
     assert f"Cells trained on {trained_on()}: {len(entries)}." in out.markdown
+
+
+def test_a_cell_scored_from_its_twins_training_is_not_counted_as_trained_again():
+    from tables.generate import Outcome
+    from tables.render import _trained_on
+
+    here = {"threads": 1, "jobs": 1, "device": "cpu (x)"}
+    trained = Outcome(result={"top1": 1.0}, ran_with=here)
+    twin = Outcome(result={"top1": 1.0}, ran_with=here, shared_from="abc")
+    assert _trained_on([trained, twin]) == {"cpu (x)": 1}
