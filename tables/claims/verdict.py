@@ -35,9 +35,6 @@ class Claim:
     check: Callable[[Context], Verdict]
     needs: tuple[str, ...] = ()  # the table and figure targets it reads
 
-    def cited(self) -> str:
-        return cite(self.paper, self.source)
-
 
 def cite(paper: str, source: str) -> str:
     """Where a claim is made: "UI8 Figure 2, Table 3", or the source alone where it names the papers
