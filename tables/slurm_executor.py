@@ -20,9 +20,9 @@ stderr (the table and the claims report show it), the other cells go on, and the
 One whose submission never reached it (no pickle: the parent died mid-submit) is submitted again.
 
 With cells_per_job=n (SLURM_ARGS, slurm.toml) the cells submitted together go n to a job (tables.slurm_job.
-CellsJob): one fresh Python and one scheduling for n cells, the time limit then n cells' worth. The job's
-name lists its cells' keys (repro-<hash>-<key>+<key>...), so a parent started again finds each cell's job as
-before; each cell's jobs.jsonl names the folder of submitit's files, the first cell's.
+CellsJob): one fresh Python and one scheduling for n cells; `time` is not scaled: give n cells' worth.
+The job's name lists its cells' keys (repro-<hash>-<key>+<key>...), so a parent started again finds each
+cell's job as before; each cell's jobs.jsonl names the folder of submitit's files, the first cell's.
 """
 
 from __future__ import annotations
@@ -277,7 +277,8 @@ class SlurmCells:
         if waiting:
             parts.append(f"{waiting} waiting")
         if self.failed:
-            parts.append(f"{len(self.failed)} failed [{_ids(self.failed)}]")
+            jobs = sorted(set(self.failed), key=_numeric)  # a pack's failed cells share their job
+            parts.append(f"{len(self.failed)} cells failed in {len(jobs)} jobs [{_ids(jobs)}]")
         return ", ".join(parts)
 
 
@@ -320,11 +321,13 @@ def _records(folder: Path) -> list[dict[str, Any]]:
 
 def _job_folder(jobs_root: Path, key: str, job_id: str) -> Path:
     """Where submitit keeps the files of the cell's job `job_id`: its record's folder (a pack's first cell),
-    else the cell's own (a job found live whose record its parent never wrote)."""
+    else the folder that holds its pickle (a job found live whose records its parent never wrote: a pack's
+    is its first cell's), else the cell's own."""
     for record in reversed(_records(jobs_root / key)):
         if str(record["job_id"]) == job_id:
             return jobs_root / record.get("folder", key)
-    return jobs_root / key
+    found = list(jobs_root.glob(f"*/{job_id}_submitted.pkl"))
+    return found[0].parent if found else jobs_root / key
 
 
 def _submitted(folder: Path, job_id: str) -> bool:
