@@ -10,7 +10,7 @@ as a local cell killed and run again does. The job trains only under the cell's 
 when the cell is cached by then, so a cell submitted twice (a parent killed between sbatch and its record)
 or also run locally is still trained once.
 
-A job of several tasks (ntasks_per_node, nodes: GPUS_PER_CELL, NODES_PER_CELL) trains its cell as one
+A job of several tasks (ntasks_per_node, nodes) trains its cell as one
 data-parallel run: torch.distributed's variables come from Slurm's through submitit's JobEnvironment, as
 torchrun would set them, and the run goes through MMEngine's launcher="pytorch", as `repro train
 --launcher pytorch` under torchrun does. Rank 0 claims and caches the cell; the others only train.

@@ -6,11 +6,12 @@ Lowest first: DEFAULTS; the config file (TOML, its [slurm] table; `--slurm-confi
 else ./slurm.toml when there is one); `SLURM_ARGS=` / `--slurm-args` (space- or comma-separated key=value).
 Keys are submitit's SlurmExecutor parameters (partition, time in minutes, nodes, ntasks_per_node,
 cpus_per_task, gpus_per_node, mem, account, qos, constraint, ...); any other key is an sbatch option of its
-own name (`reservation=x` becomes `#SBATCH --reservation=x`). GPUS_PER_CELL and NODES_PER_CELL, the
-Makefile's names, are gpus_per_node and nodes. One key is the executor's own, not sbatch's: cells_per_job
-(default 1), how many pending cells one job trains one after another (tables.slurm_executor). The resources
-go into each cell's cache entry (where it ran and on what), never into its key: a cell is the same cell
-wherever it trains.
+own name (`reservation=x` becomes `#SBATCH --reservation=x`). gpus_per_cell and nodes_per_cell, the
+issue's names, are gpus_per_node and nodes (one task a GPU takes ntasks_per_node as well). A cell's ranks
+are nodes x ntasks_per_node, part of its key (tables.generate): `ntasks` is refused, and both are whole
+numbers. One key is the executor's own, not sbatch's: cells_per_job (default 1), how many pending cells one
+job trains one after another (tables.slurm_executor). The other resources go into each cell's cache entry
+(where it ran and on what), never into its key: a cell is the same cell wherever it trains.
 """
 
 from __future__ import annotations
@@ -95,6 +96,15 @@ def slurm_resources(config: str | os.PathLike | None = None, args: str | None = 
             out[key] = value
         else:  # an sbatch option submitit has no parameter for
             extra[key] = value
+    if "ntasks" in extra:
+        raise ValueError(
+            "ntasks: give ntasks_per_node (and nodes); a cell's ranks are nodes x ntasks_per_node"
+        )
+    for key in ("nodes", "ntasks_per_node"):
+        if key in out and (not isinstance(out[key], int) or isinstance(out[key], bool) or out[key] < 1):
+            raise ValueError(
+                f"{key}={out[key]!r}: a whole number, at least 1 (a cell's ranks are counted from it)"
+            )
     if extra:
         out["additional_parameters"] = extra
     return out

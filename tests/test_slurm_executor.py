@@ -483,3 +483,16 @@ def test_a_training_of_several_ranks_is_another_run_than_the_one_process_one():
     arguments = {"model": "resnet18", "method": "daiq", "profile": "smoke", "seed": 0, "config": None}
     one, two = (run_key("classification", arguments, "cpu", ranks) for ranks in (1, 2))
     assert one != two and one == run_key("classification", dict(arguments), "cpu")
+
+
+def test_a_cells_ranks_come_only_from_nodes_and_ntasks_per_node(tmp_path, monkeypatch):
+    """A job's ranks go into the cell's key: ntasks would run several ranks under a one-rank key."""
+    monkeypatch.chdir(tmp_path)
+    for bad, says in (
+        ("ntasks=2", "ntasks_per_node"),
+        ("nodes=1-2", "whole number"),
+        ("ntasks_per_node=0", "at least 1"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            slurm_resources(args=bad)
+    assert cell_executor("slurm", slurm_resources(args="nodes=2 ntasks_per_node=3")).ranks_per_cell == 6
