@@ -15,6 +15,7 @@ share its cells out (each cell is claimed by one process) and both write the who
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from tables.generate import DEFAULT_SEEDS
@@ -138,7 +139,9 @@ def cmd_table(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if resources is not None:
-        command += " --executor slurm"
+        command += " --executor slurm"  # and its resources: their ranks are in the cells' keys
+        for flag, value in (("--slurm-args", args.slurm_args), ("--slurm-config", args.slurm_config)):
+            command += f" {flag} {shlex.quote(str(value))}" if value else ""
     else:  # a Slurm job chooses its device where it runs
         use_device(args.device)  # a ValueError (one line, exit 2) where the device is not here
     try:

@@ -496,3 +496,12 @@ def test_a_cells_ranks_come_only_from_nodes_and_ntasks_per_node(tmp_path, monkey
         with pytest.raises(ValueError, match=says):
             slurm_resources(args=bad)
     assert cell_executor("slurm", slurm_resources(args="nodes=2 ntasks_per_node=3")).ranks_per_cell == 6
+
+
+def test_the_command_to_resume_names_the_slurm_resources_it_ran_with(tmp_path):
+    """Rerun without them, a table of several ranks a cell plans other cells (their keys name the ranks)."""
+    args = ["table", "table2", "--profile", "smoke", "--executor", "slurm", "--cached-only", "--no-progress",
+            "--slurm-args", "ntasks_per_node=2 time=5", "--results-dir", str(tmp_path)]  # fmt: skip
+    assert repro_main(args) == 0
+    command = json.loads((tmp_path / "table2.meta.json").read_text())["command"]
+    assert command.endswith("--executor slurm --slurm-args 'ntasks_per_node=2 time=5'")
