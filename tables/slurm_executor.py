@@ -54,6 +54,7 @@ os.environ.setdefault("SUBMITIT_PREEMPT_SIGNAL", "USR1")
 submitit.JobEnvironment.USR_SIG = os.environ["SUBMITIT_PREEMPT_SIGNAL"]
 STDERR_LINES = 4  # of a failed job's stderr, in its cell's outcome
 POLL_S = 1.0
+SQUEUE_TRIES, SQUEUE_RETRY_S = 5, 10.0  # "Socket timed out" from a busy slurmctld passes
 
 
 def results_scope(cache_root: str | os.PathLike) -> str:
@@ -99,11 +100,20 @@ class SlurmQueue:
         return str(executor.submit(job).job_id)
 
     def live(self) -> dict[str, tuple[str, str]]:
-        """Each job of this user not yet ended (what squeue lists by default): name -> (job id, state)."""
-        out = subprocess.run(
-            ["squeue", "--me", "--noheader", "--array", "--format=%i|%j|%T"],
-            capture_output=True, text=True, timeout=120, check=True,
-        ).stdout  # fmt: skip
+        """Each job of this user not yet ended (what squeue lists by default): name -> (job id, state). A
+        busy controller's failed or slow answer is asked again (SQUEUE_TRIES, SQUEUE_RETRY_S apart) rather
+        than end a wait of hours; the last failure raises."""
+        for attempt in range(SQUEUE_TRIES):
+            try:
+                out = subprocess.run(
+                    ["squeue", "--me", "--noheader", "--array", "--format=%i|%j|%T"],
+                    capture_output=True, text=True, timeout=120, check=True,
+                ).stdout  # fmt: skip
+                break
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+                if attempt == SQUEUE_TRIES - 1:
+                    raise
+                time.sleep(SQUEUE_RETRY_S)
         jobs = {}
         for line in out.splitlines():
             job_id, name, state = (line.split("|") + ["", ""])[:3]

@@ -505,3 +505,27 @@ def test_the_command_to_resume_names_the_slurm_resources_it_ran_with(tmp_path):
     assert repro_main(args) == 0
     command = json.loads((tmp_path / "table2.meta.json").read_text())["command"]
     assert command.endswith("--executor slurm --slurm-args 'ntasks_per_node=2 time=5'")
+
+
+def test_a_failed_squeue_is_asked_again_and_the_last_failure_raises(monkeypatch):
+    import subprocess
+    from types import SimpleNamespace
+
+    from tables import slurm_executor
+
+    answers = iter([subprocess.CalledProcessError(1, "squeue"), subprocess.TimeoutExpired("squeue", 120),
+                    SimpleNamespace(stdout="7|repro-ab-cd|RUNNING\n8|other|PENDING\n")])  # fmt: skip
+
+    def run(*args, **kw):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(slurm_executor.subprocess, "run", run)
+    monkeypatch.setattr(slurm_executor, "SQUEUE_RETRY_S", 0.0)
+    queue = slurm_executor.SlurmQueue({})
+    assert queue.live() == {"repro-ab-cd": ("7", "RUNNING")}
+    answers = iter([subprocess.CalledProcessError(1, "squeue")] * slurm_executor.SQUEUE_TRIES)
+    with pytest.raises(subprocess.CalledProcessError):
+        queue.live()
