@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+import submitit
 
 from tables.generate import generate
 from tables.slurm_executor import SlurmCells, SlurmQueue
@@ -229,7 +230,8 @@ def test_a_job_signalled_after_its_first_checkpoint_requeues_and_resumes_as_the_
         assert checkpoint.exists(), "the cell's job wrote no checkpoint"
         (record,) = (results / "slurm" / cell.key / "jobs.jsonl").read_text().splitlines()
         job_id = json.loads(record)["job_id"]
-        subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
+        # the signal the job's handler waits for (USR1 unless SUBMITIT_PREEMPT_SIGNAL says otherwise)
+        subprocess.run(["scancel", f"--signal={submitit.JobEnvironment.USR_SIG}", job_id], check=True)
         parent.join(timeout=300)
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
