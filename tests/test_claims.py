@@ -443,6 +443,10 @@ def test_the_kept_report_is_what_todays_code_reads_from_the_kept_tables():
     now = claims.evaluate(ctx).astype(str)
     columns = ["key", "source", "verdict", "key_number", "measurement", "reason", "commands"]
     assert now[columns].to_dict("records") == kept[columns].astype(str).to_dict("records")
+    # and the kept file is today's shape (a column added to the report regenerates it)
+    assert list(kept.columns) == list(now.columns)
+    rest = ["paper", "claim", "profile", "failed_cells"]
+    assert now[rest].to_dict("records") == kept[rest].astype(str).to_dict("records")
 
 
 def test_the_report_is_compact_on_top_with_pastable_commands_below(tmp_path):
