@@ -126,10 +126,15 @@ class Generated:
     errors: int
 
 
+def default_seeds(profile: str, spec: Spec | None = None) -> int:
+    """How many seeds a table trains unless told: its own count at this profile, else the profile's."""
+    return (spec.seeds if spec is not None else {}).get(profile, DEFAULT_SEEDS[profile])
+
+
 def resolve_seeds(profile: str, seeds: int | None, spec: Spec | None = None) -> list[int]:
-    """Seeds 0..n-1: n asked, else the table's own count at this profile, else the profile's."""
+    """Seeds 0..n-1: n asked, else default_seeds."""
     if seeds is None:
-        n = (spec.seeds if spec is not None else {}).get(profile, DEFAULT_SEEDS[profile])
+        n = default_seeds(profile, spec)
     else:
         n = int(seeds)
     if n < 1:

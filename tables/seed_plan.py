@@ -25,7 +25,7 @@ from tables import provenance
 from tables.claims import verdict
 from tables.claims.context import Context, NotKept
 from tables.claims.registry import CLAIMS
-from tables.generate import DEFAULT_SEEDS
+from tables.generate import default_seeds
 from tables.specs import SPECS
 
 PLAN = Path(__file__).with_name("seed_plan.json")
@@ -59,7 +59,7 @@ def plan(ctx: Context) -> dict:
                 continue
             beyond = any(n is None for n in counts)
             want = verdict.MOST_SEEDS if beyond else max(counts)
-            now = SPECS[name].seeds.get(ctx.profile, DEFAULT_SEEDS[ctx.profile])
+            now = default_seeds(ctx.profile, SPECS[name])
             entry = tables.setdefault(name, {"seeds": now, "now": now, "claims": [], "beyond_limit": False})
             entry["seeds"] = max(entry["seeds"], want)
             entry["claims"].append(claim.key)
@@ -92,11 +92,7 @@ def planned_seeds(name: str, profile: str, path: Path = PLAN) -> int:
         raise ValueError(f"the seed plan {path} is for profile {written.get('profile')!r}, not {profile!r}")
     entry = written["tables"].get(name)
     if entry is None:  # no claim waits on this table's seeds: it keeps its own count
-        return (
-            SPECS[name].seeds.get(profile, DEFAULT_SEEDS[profile])
-            if name in SPECS
-            else DEFAULT_SEEDS[profile]
-        )
+        return default_seeds(profile, SPECS.get(name))
     return int(entry["seeds"])
 
 
