@@ -244,7 +244,19 @@ def test_torch_fallback_agrees_with_the_native_code(monkeypatch, axis, layout):
 
 
 @pytest.mark.parametrize(
-    "m,k,n", [(1, 1, 1), (7, 3, 5), (13, 33, 17), (50, 513, 40), (130, 1025, 200), (9, 5000, 7)]
+    "m,k,n",
+    # (61, 1601, 47) and (97, 770, 24): every remainder of the 6 x 16 register tile, partial panels on both
+    # packing paths, and a reduction cut into equal blocks
+    [
+        (1, 1, 1),
+        (7, 3, 5),
+        (13, 33, 17),
+        (50, 513, 40),
+        (130, 1025, 200),
+        (9, 5000, 7),
+        (61, 1601, 47),
+        (97, 770, 24),
+    ],
 )
 def test_native_gemm_is_exact_for_every_operand_layout(m, k, n):
     gen = torch.Generator().manual_seed(m + k + n)
@@ -256,6 +268,9 @@ def test_native_gemm_is_exact_for_every_operand_layout(m, k, n):
     for aa in (a, a.t().contiguous().t()):
         for bb in (b, b.t().contiguous().t()):
             assert torch.equal(native.gemm(aa, bb), want)
+    # with a scale: the epilogue's arithmetic, float32(acc) * scale, written by the GEMM's last K block
+    scale = torch.tensor([0.37], dtype=torch.float32)
+    assert torch.equal(native.gemm(a.t().contiguous().t(), b, scale=scale), want.to(torch.float32) * scale)
 
 
 def test_native_gemm_splits_a_long_reduction_exactly():

@@ -4,8 +4,10 @@
 // 2-6 GOPS against 180 GFLOPS of fp32 on a 2-core Zen 3). This one sign-extends the operands to int16 while
 // packing them and multiplies pairs with vpmaddwd (AVX2: 16 multiply-adds per instruction, two per cycle,
 // where an fp32 FMA does 8), int32 accumulation: exact, wrapping as int32 does (the int32 contract of
-// kernels.reference). Goto's blocking with an 8 x 8 register tile; both operands are packed the same way,
-// [k pair][8] int32 = the int16 pair (x[k], x[k+1]) of 8 rows of A or 8 columns of B. Every thread works
+// kernels.reference). Goto's blocking with a 6 x 16 register tile (6 broadcasts and 2 loads feed 12
+// multiply-adds: 1.1-1.4x the former 8 x 8 tile's GEMM on a Zen 3, docs/measurements.md); both operands are
+// packed the same way, [k pair][W] int32 = the int16 pair (x[k], x[k+1]) of W = 6 rows of A or 16 columns
+// of B. Every thread works
 // alone (no barrier: under other load a barrier per block cost 30x, measured): it takes a range of rows,
 // or, for a long reduction with a small output (weight gradients), a range of K whose partial sums are
 // added at the end. Without AVX2 a plain loop computes the same.
@@ -28,10 +30,15 @@
 
 namespace rq {
 
-constexpr int R = 8;            // rows (A) and columns (B) of the register tile
-constexpr int64_t KC = 512;     // K per block (even)
-constexpr int64_t MC = 96;      // rows of A per block (multiple of R)
-constexpr int64_t NC = 1024;    // columns of B per block (multiple of R)
+constexpr int MR = 6;           // rows of A in the register tile (broadcast, one pair at a time)
+constexpr int NR = 16;          // columns of B in the register tile (two vectors of 8)
+#ifndef RQ_KC
+#define RQ_KC 768
+#endif
+constexpr int64_t KC = RQ_KC;   // most K per block (even); a reduction is cut into equal blocks
+constexpr int64_t MC = 96;      // rows of A per block (multiple of MR)
+constexpr int64_t NC = 1024;    // columns of B per block (multiple of NR)
+constexpr int64_t PAD = 8;      // int32 slack after a packed block: the 6-wide fast packs store 8 at a time
 
 struct Operand {
     const int8_t* p;
@@ -62,96 +69,148 @@ static inline void transpose8(__m256i v[8]) {
     v[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
     v[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
 }
+
+// Up to 8 indices from i0 (`count` of them, the rest zeros) into slots [off, off + 8) of a W-wide panel,
+// 16 k at a time while whole 16-k runs remain; returns the pairs done. Stores 8 int32 per pair: with
+// W < 8 the 8 - W extra land on the next pair's slots (written after) or on the block's PAD slack.
+template <int W>
+static int64_t pack8(const Operand& x, int64_t i0, int count, int64_t k0, int64_t kc, int32_t* dst, int off) {
+    int64_t p = 0;
+    if (x.s_k == 1) {
+        // each index's run along k is contiguous: 16 k of 8 indices -> 8 pairs each, transposed
+        for (; 2 * p + 16 <= kc; p += 8) {
+            __m256i v[8];
+            for (int i = 0; i < 8; ++i)
+                v[i] = i < count ? _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                                       reinterpret_cast<const __m128i*>(x.p + (i0 + i) * x.s_idx + k0 + 2 * p)))
+                                 : _mm256_setzero_si256();
+            transpose8(v);
+            for (int j = 0; j < 8; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (p + j) * W + off), v[j]);
+        }
+    } else if (x.s_idx == 1) {
+        // the indices are contiguous at each k: interleave the rows k and k + 1 (`count` bytes read of each)
+        for (; 2 * p + 1 < kc; ++p) {
+            const int8_t* src = x.p + i0 + (k0 + 2 * p) * x.s_k;
+            int64_t r0 = 0, r1 = 0;
+            std::memcpy(&r0, src, count);
+            std::memcpy(&r1, src + x.s_k, count);
+            const __m128i lo = _mm_cvtepi8_epi16(_mm_cvtsi64_si128(r0));
+            const __m128i hi = _mm_cvtepi8_epi16(_mm_cvtsi64_si128(r1));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + p * W + off), _mm_unpacklo_epi16(lo, hi));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + p * W + off + 4), _mm_unpackhi_epi16(lo, hi));
+        }
+    }
+    return p;
+}
 #endif
 
-// One panel: `count` (<= 8) consecutive indices from i0, k in [k0, k0 + kc) -> dst[kp][8] (zero padded)
+// One W-wide panel: `count` (<= W) consecutive indices from i0, k in [k0, k0 + kc) -> dst[kp][W] (zero padded)
+template <int W>
 static void pack_panel(const Operand& x, int64_t i0, int count, int64_t k0, int64_t kc, int32_t* dst) {
     const int64_t kp = (kc + 1) / 2;
     int64_t p = 0;
 #ifdef __AVX2__
-    if (count == R && x.s_k == 1) {
-        // each index's run along k is contiguous: 16 k of 8 indices -> 8 pairs each, transposed
-        for (; 2 * p + 16 <= kc; p += 8) {
-            __m256i v[8];
-            for (int i = 0; i < R; ++i) {
-                const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.p + (i0 + i) * x.s_idx + k0 + 2 * p));
-                v[i] = _mm256_cvtepi8_epi16(b);  // 16 int16 = 8 (k, k+1) pairs
-            }
-            transpose8(v);
-            for (int j = 0; j < 8; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (p + j) * R), v[j]);
-        }
-    } else if (count == R && x.s_idx == 1) {
-        // the 8 indices are contiguous at each k: interleave the rows k and k + 1
-        for (; 2 * p + 1 < kc; ++p) {
-            const int8_t* src = x.p + i0 + (k0 + 2 * p) * x.s_k;
-            const __m128i lo = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
-            const __m128i hi = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + x.s_k)));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + p * R), _mm_unpacklo_epi16(lo, hi));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + p * R + 4), _mm_unpackhi_epi16(lo, hi));
-        }
+    if (W == 16 && count > 8) {
+        const int64_t p0 = pack8<W>(x, i0, 8, k0, kc, dst, 0);
+        const int64_t p1 = pack8<W>(x, i0 + 8, count - 8, k0, kc, dst, 8);
+        p = p0 == p1 ? p0 : 0;  // (both halves take the same path: the strides decide)
+    } else if (W == 16) {
+        p = pack8<W>(x, i0, count, k0, kc, dst, 0);
+        for (int64_t q = 0; q < p; ++q) std::memset(dst + q * W + 8, 0, 8 * sizeof(int32_t));
+    } else if (W == 6 && count == 6) {
+        p = pack8<W>(x, i0, count, k0, kc, dst, 0);
     }
 #endif
     for (; p < kp; ++p) {
         const int64_t k = k0 + 2 * p;
         const bool two = 2 * p + 1 < kc;
-        for (int i = 0; i < R; ++i) {
+        for (int i = 0; i < W; ++i) {
             if (i >= count) {
-                dst[p * R + i] = 0;
+                dst[p * W + i] = 0;
                 continue;
             }
             const int8_t* src = x.p + (i0 + i) * x.s_idx + k * x.s_k;
-            dst[p * R + i] = pair16(src[0], two ? src[x.s_k] : 0);
+            dst[p * W + i] = pair16(src[0], two ? src[x.s_k] : 0);
         }
     }
 }
 
-static void pack_block(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t kc, int32_t* dst) {
-    const int64_t kp = (kc + 1) / 2;
-    for (int64_t i = 0; i < n; i += R)
-        pack_panel(x, i0 + i, (int)std::min<int64_t>(R, n - i), k0, kc, dst + (i / R) * kp * R);
+// The rows of a panel (s_k == 1: each index's run of kc bytes) into the cache ahead of their packing: the
+// runs are too short for the hardware prefetcher to find (the loads of the source took 3/4 of the packing)
+static void prefetch_panel(const Operand& x, int64_t i0, int count, int64_t k0, int64_t kc) {
+    if (x.s_k != 1) return;
+    for (int i = 0; i < count; ++i) {
+        const char* row = reinterpret_cast<const char*>(x.p + (i0 + i) * x.s_idx + k0);
+        for (int64_t b = 0; b < kc; b += 64) __builtin_prefetch(row + b, 0, 3);
+        __builtin_prefetch(row + kc - 1, 0, 3);
+    }
 }
 
-// C tile (rows x cols of 8 x 8) = or += A panel . B panel over kp k pairs
+template <int W>
+static void pack_block(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t kc, int32_t* dst) {
+    const int64_t kp = (kc + 1) / 2;
+    prefetch_panel(x, i0, (int)std::min<int64_t>(W, n), k0, kc);
+    for (int64_t i = 0; i < n; i += W) {
+        if (i + W < n) prefetch_panel(x, i0 + i + W, (int)std::min<int64_t>(W, n - i - W), k0, kc);
+        pack_panel<W>(x, i0 + i, (int)std::min<int64_t>(W, n - i), k0, kc, dst + (i / W) * kp * W);
+    }
+}
+
+// C tile (rows x cols of MR x NR) = or += A panel . B panel over kp k pairs; NV: the B vectors (of 8
+// columns) worth computing (2, or 1 for a tile of at most 8 columns)
 // scale (nullable): the last K block of a scaled GEMM, stored as float (the epilogue's arithmetic)
+template <int NV>
 __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a, const int32_t* b, int32_t* c,
                                                    int64_t ldc, int rows, int cols, bool accumulate,
                                                    const float* scale) {
 #ifdef __AVX2__
-    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
-    for (int64_t p = 0; p < kp; ++p) {
-        const __m256i bv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
-        c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_set1_epi32(a[0]), bv));
-        c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_set1_epi32(a[1]), bv));
-        c2 = _mm256_add_epi32(c2, _mm256_madd_epi16(_mm256_set1_epi32(a[2]), bv));
-        c3 = _mm256_add_epi32(c3, _mm256_madd_epi16(_mm256_set1_epi32(a[3]), bv));
-        c4 = _mm256_add_epi32(c4, _mm256_madd_epi16(_mm256_set1_epi32(a[4]), bv));
-        c5 = _mm256_add_epi32(c5, _mm256_madd_epi16(_mm256_set1_epi32(a[5]), bv));
-        c6 = _mm256_add_epi32(c6, _mm256_madd_epi16(_mm256_set1_epi32(a[6]), bv));
-        c7 = _mm256_add_epi32(c7, _mm256_madd_epi16(_mm256_set1_epi32(a[7]), bv));
-        a += R;
-        b += R;
+    // 6 x 2 accumulators, named (gcc keeps an array of them in memory): 6 broadcasts and 2 loads feed 12
+    // multiply-adds, where the former 8 x 8 tile needed 8 broadcasts for 8 (measured 10-20% faster alone)
+    const __m256i z = _mm256_setzero_si256();
+    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z, c40 = z, c41 = z, c50 = z,
+            c51 = z;
+#define RQ_ROW(r, lo, hi)                                                       \
+    {                                                                           \
+        const __m256i x = _mm256_set1_epi32(a[r]);                              \
+        lo = _mm256_add_epi32(lo, _mm256_madd_epi16(x, b0));                    \
+        if constexpr (NV == 2) hi = _mm256_add_epi32(hi, _mm256_madd_epi16(x, b1)); \
     }
-    const __m256i acc[R] = {c0, c1, c2, c3, c4, c5, c6, c7};
-    if (rows == R && cols == R) {
-        for (int r = 0; r < R; ++r) {
-            __m256i* d = reinterpret_cast<__m256i*>(c + r * ldc);
-            const __m256i v = accumulate ? _mm256_add_epi32(_mm256_loadu_si256(d), acc[r]) : acc[r];
-            if (scale)
-                _mm256_storeu_ps(reinterpret_cast<float*>(d), _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(*scale)));
-            else
-                _mm256_storeu_si256(d, v);
-        }
+    for (int64_t p = 0; p < kp; ++p) {
+        const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+        const __m256i b1 = NV == 2 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 8)) : z;
+        RQ_ROW(0, c00, c01)
+        RQ_ROW(1, c10, c11)
+        RQ_ROW(2, c20, c21)
+        RQ_ROW(3, c30, c31)
+        RQ_ROW(4, c40, c41)
+        RQ_ROW(5, c50, c51)
+        a += MR;
+        b += NR;
+    }
+#undef RQ_ROW
+    const __m256i acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    if (rows == MR && cols == 8 * NV) {
+        for (int r = 0; r < MR; ++r)
+            for (int v = 0; v < NV; ++v) {
+                __m256i* d = reinterpret_cast<__m256i*>(c + r * ldc + 8 * v);
+                const __m256i s = accumulate ? _mm256_add_epi32(_mm256_loadu_si256(d), acc[r][v]) : acc[r][v];
+                if (scale)
+                    _mm256_storeu_ps(reinterpret_cast<float*>(d), _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(*scale)));
+                else
+                    _mm256_storeu_si256(d, s);
+            }
         return;
     }
-    alignas(32) int32_t tile[R][R];
-    for (int r = 0; r < R; ++r) _mm256_store_si256(reinterpret_cast<__m256i*>(tile[r]), acc[r]);
+    alignas(32) int32_t tile[MR][NR];
+    for (int r = 0; r < MR; ++r)
+        for (int v = 0; v < 2; ++v) _mm256_store_si256(reinterpret_cast<__m256i*>(tile[r] + 8 * v), acc[r][v]);
 #else
-    int32_t tile[R][R] = {};
+    int32_t tile[MR][NR] = {};
     for (int64_t p = 0; p < kp; ++p)
-        for (int r = 0; r < R; ++r) {
-            const int16_t a0 = (int16_t)(a[p * R + r] & 0xFFFF), a1 = (int16_t)((uint32_t)a[p * R + r] >> 16);
-            for (int n = 0; n < R; ++n) {
-                const int16_t b0 = (int16_t)(b[p * R + n] & 0xFFFF), b1 = (int16_t)((uint32_t)b[p * R + n] >> 16);
+        for (int r = 0; r < MR; ++r) {
+            const int16_t a0 = (int16_t)(a[p * MR + r] & 0xFFFF), a1 = (int16_t)((uint32_t)a[p * MR + r] >> 16);
+            for (int n = 0; n < 8 * NV; ++n) {
+                const int16_t b0 = (int16_t)(b[p * NR + n] & 0xFFFF), b1 = (int16_t)((uint32_t)b[p * NR + n] >> 16);
                 tile[r][n] = (int32_t)((uint32_t)tile[r][n] + (uint32_t)(a0 * b0 + a1 * b1));
             }
         }
@@ -171,21 +230,26 @@ __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a,
 static void gemm_part(int64_t m0, int64_t m1, int64_t N, int64_t k0, int64_t k1, const Operand& a,
                       const Operand& b, int32_t* c, int64_t ldc, bool accumulate, std::vector<int32_t>& apack,
                       std::vector<int32_t>& bpack, const float* scale) {
+    // equal K blocks (576 = 288 + 288, not 512 + 64: a short block costs a C tile's reload for little work)
+    const int64_t nblocks = (k1 - k0 + KC - 1) / KC, kblock = ((k1 - k0 + nblocks - 1) / nblocks + 1) / 2 * 2;
     for (int64_t jc = 0; jc < N; jc += NC) {
         const int64_t nc = std::min(NC, N - jc);
-        for (int64_t pc = k0; pc < k1; pc += KC) {
-            const int64_t kc = std::min(KC, k1 - pc), kp = (kc + 1) / 2;
-            pack_block(b, jc, nc, pc, kc, bpack.data());
+        for (int64_t pc = k0; pc < k1; pc += kblock) {
+            const int64_t kc = std::min(kblock, k1 - pc), kp = (kc + 1) / 2;
+            pack_block<NR>(b, jc, nc, pc, kc, bpack.data());
             const bool acc = accumulate || pc > k0;
             const float* last = pc + kc == k1 ? scale : nullptr;
             for (int64_t ic = m0; ic < m1; ic += MC) {
                 const int64_t mc = std::min(MC, m1 - ic);
-                pack_block(a, ic, mc, pc, kc, apack.data());
-                for (int64_t jr = 0; jr < nc; jr += R)
-                    for (int64_t ir = 0; ir < mc; ir += R)
-                        micro_kernel(kp, apack.data() + (ir / R) * kp * R, bpack.data() + (jr / R) * kp * R,
-                                     c + (ic + ir) * ldc + jc + jr, ldc, (int)std::min<int64_t>(R, mc - ir),
-                                     (int)std::min<int64_t>(R, nc - jr), acc, last);
+                pack_block<MR>(a, ic, mc, pc, kc, apack.data());
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    const int cols = (int)std::min<int64_t>(NR, nc - jr);
+                    const auto kernel = cols > 8 ? micro_kernel<2> : micro_kernel<1>;
+                    for (int64_t ir = 0; ir < mc; ir += MR)
+                        kernel(kp, apack.data() + (ir / MR) * kp * MR, bpack.data() + (jr / NR) * kp * NR,
+                               c + (ic + ir) * ldc + jc + jr, ldc, (int)std::min<int64_t>(MR, mc - ir), cols, acc,
+                               last);
+                }
             }
         }
     }
@@ -202,11 +266,11 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
     // loaded machine, measured)
     const int nt = (double)M * N * K < (double)(1 << 22) ? 1 : std::max(1, omp_get_max_threads());
     const size_t kp_max = (size_t)(std::min(KC, K) + 1) / 2;
-    const size_t b_size = kp_max * ((std::min(NC, N) + R - 1) / R * R), a_size = kp_max * MC;
+    const size_t b_size = kp_max * ((std::min(NC, N) + NR - 1) / NR * NR) + PAD, a_size = kp_max * MC + PAD;
     // a long reduction into a small output (weight gradients): each thread a range of K
     const bool split_k = nt > 1 && K >= 8 * std::max(M, N) && K >= 4 * KC;
     if (!split_k) {
-        const int64_t rows = (M + nt - 1) / nt, step = (rows + R - 1) / R * R;
+        const int64_t rows = (M + nt - 1) / nt, step = (rows + MR - 1) / MR * MR;
 #pragma omp parallel num_threads(nt)
         {
             std::vector<int32_t> ap(a_size), bp(b_size);
