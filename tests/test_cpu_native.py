@@ -456,3 +456,73 @@ def test_native_pointwise_products_are_exact(monkeypatch, n, cin, cout, spatial)
                 assert y._is_view() == general_scaled[what]._is_view(), (lay, what)
     finally:
         cpu.clear_route_caches()
+
+
+@pytest.mark.parametrize(
+    "n,cin,cout,spatial,k,s,p,d",
+    [
+        (2, 16, 24, (9, 7), 3, 1, 1, 1),
+        (3, 32, 16, (11, 10), 3, 2, 1, 1),  # the input gradient's stride phases
+        (2, 16, 40, (8, 8), 3, 1, 2, 2),
+        (8, 16, 8, (16, 16), 3, 1, 1, 1),  # a weight gradient in the (taps * Cin, Cout) orientation
+        (1, 32, 64, (3, 3), 3, 1, 1, 1),  # ... and in the wide one, (Cout, taps * Cin)
+        (2, 48, 16, (13,), 5, 1, 2, 1),
+        (1, 16, 16, (4, 5, 3), 3, 1, 1, 1),
+        (2, 24, 16, (6, 6), 3, 1, 1, 1),  # 24 channels: the copied columns (not a multiple of 16)
+    ],
+    ids=str,
+)
+def test_native_implicit_im2col_products_are_exact(monkeypatch, n, cin, cout, spatial, k, s, p, d):
+    """Ungrouped convolutions whose channels are a multiple of 16 run one native GEMM that reads the padded
+    input itself (im2col.implicit_columns, native.gemm_tables): every pass equals the reference bit for bit
+    (with out_scale, the reference and the epilogue), with the strides and view-ness of the copied-columns
+    path, whose GEMMs it replaces."""
+    monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+    cpu.clear_route_caches()
+    calls = []
+    real = native.gemm_tables
+    monkeypatch.setattr(native, "gemm_tables", lambda *a, **kw: calls.append(a[:3]) or real(*a, **kw))
+    nd = len(spatial)
+    geo = ([s] * nd, [p] * nd, [d] * nd, 1)
+    try:
+        gen = torch.Generator().manual_seed(n + cin + cout + k)
+        x = _cl(torch.randint(-127, 128, (n, cin, *spatial), generator=gen, dtype=torch.int8))
+        w = _cl(torch.randint(-127, 128, (cout, cin, *(k,) * nd), generator=gen, dtype=torch.int8))
+        x[0], w[0] = 127, -127
+        xr, wr = x.contiguous(), w.contiguous()
+        y = reference.conv_forward(xr, wr, *geo)
+        g = _cl(torch.randint(-127, 128, y.shape, generator=gen, dtype=torch.int8))
+        scale = torch.tensor(3.0e-5, dtype=torch.float32)
+        want = {
+            "forward": y,
+            "input grad": reference.conv_input_grad(g.contiguous(), wr, x.shape, *geo),
+            "weight grad": reference.conv_weight_grad(xr, g.contiguous(), w.shape, *geo),
+        }
+
+        def run():
+            return {
+                "forward": cpu.conv_forward(x, w, *geo),
+                "input grad": cpu.conv_input_grad(g, w, x.shape, *geo),
+                "weight grad": cpu.conv_weight_grad(x, g, w.shape, *geo),
+                "forward scaled": cpu.conv_forward(x, w, *geo, out_scale=scale),
+                "input grad scaled": cpu.conv_input_grad(g, w, x.shape, *geo, out_scale=scale),
+            }
+
+        got = run()
+        assert len(calls) >= (2 if cin % 16 == 0 else 0) and (
+            cin % 16 == 0 or all(c[2] % 16 == 0 for c in calls)
+        )
+        with monkeypatch.context() as m:
+            m.setattr(cpu.im2col, "implicit_ok", lambda xp: False)
+            copied = run()
+        for what, t in got.items():
+            if what.endswith("scaled"):
+                expect = cpu.dequantize(want[what.removesuffix(" scaled")], scale)
+                assert t.dtype == torch.float32 and torch.equal(
+                    t.view(torch.int32), expect.view(torch.int32)
+                ), what
+            else:
+                assert t.dtype == torch.int32 and torch.equal(t, want[what]), what
+            assert t.stride() == copied[what].stride() and t._is_view() == copied[what]._is_view(), what
+    finally:
+        cpu.clear_route_caches()

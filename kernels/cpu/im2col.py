@@ -7,6 +7,7 @@ such operands are copied to a fresh row-major layout first (``mm_operand``).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -87,6 +88,34 @@ def im2col(xp: torch.Tensor, k, s, d, out, channels_last: bool) -> torch.Tensor:
     return v.reshape(c * math.prod(k), n * math.prod(out))
 
 
+def implicit_ok(xp: torch.Tensor) -> bool:
+    """Whether the native GEMM reads the columns of padded channels-last ``xp`` itself (``implicit_columns``):
+    on the native route, with the channels contiguous and a multiple of 16 of them (its 16-byte loads then
+    stay inside one tap). Elsewhere the columns are copied out (``im2col``)."""
+    return not routes.torch_int8_fast() and xp.stride(1) == 1 and xp.shape[1] % 16 == 0
+
+
+@functools.lru_cache(maxsize=256)
+def _column_tables(shape, strides, k, s, d, out) -> tuple[torch.Tensor, torch.Tensor]:
+    n, c, *_ = shape
+    sn, _, *sl = strides
+    rows = torch.arange(n, dtype=torch.int64) * sn
+    for i, o in enumerate(out):
+        rows = (rows[..., None] + torch.arange(o, dtype=torch.int64) * (s[i] * sl[i])).flatten()
+    taps = torch.zeros(1, dtype=torch.int64)
+    for i, kk in enumerate(k):
+        taps = (taps[..., None] + torch.arange(kk, dtype=torch.int64) * (d[i] * sl[i])).flatten()
+    return rows, taps
+
+
+def implicit_columns(xp: torch.Tensor, k, s, d, out) -> tuple[torch.Tensor, torch.Tensor]:
+    """The channels-last im2col of padded ``xp`` as two int64 tables of byte offsets from its data pointer:
+    ``rows`` (N * prod(out)), a column row's (n, o...), and ``taps`` (prod(k)), a tap's (k...); column
+    (r, t * C + c) is at rows[r] + taps[t] + c, the layout of ``im2col(..., channels_last=True)`` without
+    the copy (native.gemm_tables). Cached per geometry."""
+    return _column_tables(tuple(xp.shape), tuple(xp.stride()), tuple(k), tuple(s), tuple(d), tuple(out))
+
+
 def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, scale=None) -> torch.Tensor:
     """Exact convolution by im2col + _int_mm over batch chunks, channels-last int32 output (with ``scale``:
     float32 acc * scale, as ``mm``).
@@ -116,6 +145,14 @@ def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, scale=N
     y = empty_cl((n, cout, *out), torch.int32)
     y = native.as_float_view(y) if fused else y
     ymat = y.movedim(1, -1).view(n * npos, cout)  # rows (n, o...), contiguous
+    if groups == 1:
+        xp = pad_zero(as_cl(xq), p)
+        if implicit_ok(xp):  # one GEMM over the whole batch, its packing reading xp itself
+            rows, taps = implicit_columns(xp, k, s, d, out)
+            a_m, a_k = (0, rows, 1), (0, taps, cin)
+            b_k, b_n = (wb.stride(0), None, 1), (wb.stride(1), None, 1)
+            native.gemm_tables(n * npos, cout, ntap * cin, xp, a_m, a_k, wb, b_k, b_n, ymat, cout, scale)
+            return y
     chunk = routes.batch_chunk(n, npos * ntap * cin, IM2COL_CHUNK_BYTES)
     for n0 in range(0, n, chunk):
         n1 = min(n, n0 + chunk)

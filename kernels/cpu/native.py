@@ -59,6 +59,23 @@ def gemm_rows(m, n, k, a, sam, sak, b, sbk, sbn, out, ldc, scale=None) -> None:
                          None if scale is None else scale.data_ptr())  # fmt: skip
 
 
+def gemm_tables(m, n, k, a, a_m, a_k, b, b_k, b_n, out, ldc, scale=None) -> None:
+    """rq_gemm_s8 with axes read through tables: C (m, n) = A . B, element (i, j) of an operand at
+    data_ptr + off_row(i) + off_col(j), each axis given as ``(stride, None, 1)`` (off(v) = v * stride) or
+    ``(0, table, run)`` (off(v) = table[v // run] + v % run, table an int64 tensor): the implicit im2col
+    (``im2col.implicit_columns``). ``out`` int32, or float32 with ``scale`` (as gemm_rows)."""
+    if scale is not None:
+        scale = _scale_arg(scale)
+
+    def axis(spec):
+        stride, table, run = spec
+        return stride, None if table is None else table.data_ptr(), run
+
+    scale_ptr = None if scale is None else scale.data_ptr()
+    library().rq_gemm_s8_tables(m, n, k, a.data_ptr(), *axis(a_m), *axis(a_k), b.data_ptr(), *axis(b_k),
+                                *axis(b_n), out.data_ptr(), ldc, scale_ptr)  # fmt: skip
+
+
 def _channels_last_2d(t: torch.Tensor) -> torch.Tensor:
     return (
         t

@@ -358,6 +358,28 @@ def conv_input_grad(
     return dx
 
 
+def _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out) -> torch.Tensor | None:
+    """An ungrouped weight gradient as one native GEMM whose packing reads the padded x itself (im2col.
+    implicit_columns), no column copies and no batch chunks; None where that route does not apply. The
+    orientation and the returned layouts are conv_weight_grad's (below)."""
+    xp = im2col.pad_zero(as_cl(xq), p)
+    if not im2col.implicit_ok(xp):
+        return None
+    cout, cin, *k = weight_shape
+    ntap, rows = math.prod(k), gq.shape[0] * math.prod(out)
+    table_rows, taps = im2col.implicit_columns(xp, k, s, d, out)
+    gt = as_cl(gq).movedim(1, -1).reshape(-1, cout)  # (rows, Cout), a view
+    x_rows, x_cols = (0, table_rows, 1), (0, taps, cin)
+    g_rows, g_cols = (gt.stride(0), None, 1), (gt.stride(1), None, 1)
+    if cout * cin * ntap > rows:
+        dw = torch.empty((cout, ntap * cin), dtype=torch.int32)
+        native.gemm_tables(cout, ntap * cin, rows, gt, g_cols, g_rows, xp, x_rows, x_cols, dw, ntap * cin)
+        return dw.view(cout, *k, cin).movedim(-1, 1)
+    dw = torch.empty((ntap * cin, cout), dtype=torch.int32)
+    native.gemm_tables(ntap * cin, cout, rows, xp, x_cols, x_rows, gt, g_rows, g_cols, dw, cout)
+    return dw.view(ntap, cin, cout).permute(2, 1, 0).reshape(cout, cin, *k).contiguous()
+
+
 def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
     """dL/dw for dL/dy = g (torch.nn.grad.conv{N}d_weight), int32 of shape weight_shape."""
     _check(xq, gq)
@@ -372,6 +394,10 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
         return native.depthwise_weight_grad(xq, gq, k, s, p, d)
     if _pointwise(k, s, p, groups):
         dw = _pointwise_weight_grad(xq, gq, weight_shape)
+        if dw is not None:
+            return dw
+    if groups == 1:
+        dw = _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out)
         if dw is not None:
             return dw
     # groups per matmul: blk groups together give a (blk*a, blk*b) product whose diagonal blocks are

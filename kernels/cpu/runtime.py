@@ -97,6 +97,9 @@ def library() -> ctypes.CDLL | None:
     lib.rq_dequantize.restype = None
     lib.rq_gemm_s8.argtypes = (i64, i64, i64, ptr, i64, i64, ptr, i64, i64, ptr, i64, ptr)
     lib.rq_gemm_s8.restype = None
+    axes = (i64, ptr, i64) * 2  # an operand's two axes: stride, table, run
+    lib.rq_gemm_s8_tables.argtypes = (i64, i64, i64, ptr, *axes, ptr, *axes, ptr, i64, ptr)
+    lib.rq_gemm_s8_tables.restype = None
     for fn in (lib.rq_dw_forward, lib.rq_dw_input_grad):
         fn.argtypes = (ptr, ptr, ptr, ptr, ptr)
         fn.restype = i32

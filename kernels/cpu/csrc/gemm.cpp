@@ -40,9 +40,24 @@ constexpr int64_t MC = 96;      // rows of A per block (multiple of MR)
 constexpr int64_t NC = 1024;    // columns of B per block (multiple of NR)
 constexpr int64_t PAD = 8;      // int32 slack after a packed block: the 6-wide fast packs store 8 at a time
 
+// An operand's element (i, k) lies at p + off(i) + off(k), i its panel index (m of A, n of B). An axis is
+// either strided (v * stride) or read through a table of run starts (t[v / run] + v % run: the implicit
+// im2col of a channels-last convolution, where a row (n, o...) or a tap (k...) is a table entry and the run
+// its channels, contiguous), so the packing reads the convolution's input itself instead of a copy of it
+// 9 times its size (docs/measurements.md).
+struct Axis {
+    int64_t stride;
+    const int64_t* t = nullptr;
+    int64_t run = 1;
+    int64_t off(int64_t v) const { return t ? (run == 1 ? t[v] : t[v / run] + v % run) : v * stride; }
+    // whether [v, v + count) is one unit-stride run
+    bool unit(int64_t v, int64_t count) const { return t ? v % run + count <= run : stride == 1 || count == 1; }
+};
+
 struct Operand {
     const int8_t* p;
-    int64_t s_idx, s_k;  // element strides of the panel index (m of A, n of B) and of k
+    Axis idx, k;
+    const int8_t* at(int64_t i, int64_t kk) const { return p + idx.off(i) + k.off(kk); }
 };
 
 static inline int32_t pair16(int8_t lo, int8_t hi) {
@@ -70,30 +85,50 @@ static inline void transpose8(__m256i v[8]) {
     v[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
 }
 
+// `count` (<= 8) bytes into the low end of an int64 (zeros above), without a call to memcpy per pair
+static inline int64_t load_bytes(const int8_t* src, int count) {
+    int64_t r = 0;
+    switch (count) {
+        case 8: std::memcpy(&r, src, 8); break;
+        case 6: std::memcpy(&r, src, 4); std::memcpy(reinterpret_cast<char*>(&r) + 4, src + 4, 2); break;
+        default: for (int i = 0; i < count; ++i) reinterpret_cast<int8_t*>(&r)[i] = src[i];
+    }
+    return r;
+}
+
 // Up to 8 indices from i0 (`count` of them, the rest zeros) into slots [off, off + 8) of a W-wide panel,
 // 16 k at a time while whole 16-k runs remain; returns the pairs done. Stores 8 int32 per pair: with
 // W < 8 the 8 - W extra land on the next pair's slots (written after) or on the block's PAD slack.
 template <int W>
 static int64_t pack8(const Operand& x, int64_t i0, int count, int64_t k0, int64_t kc, int32_t* dst, int off) {
     int64_t p = 0;
-    if (x.s_k == 1) {
-        // each index's run along k is contiguous: 16 k of 8 indices -> 8 pairs each, transposed
-        for (; 2 * p + 16 <= kc; p += 8) {
+    if (x.k.unit(k0, 16)) {
+        // each index's run along k is contiguous: 16 k of 8 indices -> 8 pairs each, transposed (a table's
+        // runs: while the 16 stay inside one)
+        int64_t row[8];
+        for (int i = 0; i < count; ++i) row[i] = x.idx.off(i0 + i);
+        for (; 2 * p + 16 <= kc && x.k.unit(k0 + 2 * p, 16); p += 8) {
+            const int8_t* base = x.p + x.k.off(k0 + 2 * p);
             __m256i v[8];
             for (int i = 0; i < 8; ++i)
-                v[i] = i < count ? _mm256_cvtepi8_epi16(_mm_loadu_si128(
-                                       reinterpret_cast<const __m128i*>(x.p + (i0 + i) * x.s_idx + k0 + 2 * p)))
+                v[i] = i < count ? _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + row[i])))
                                  : _mm256_setzero_si256();
             transpose8(v);
             for (int j = 0; j < 8; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (p + j) * W + off), v[j]);
         }
-    } else if (x.s_idx == 1) {
-        // the indices are contiguous at each k: interleave the rows k and k + 1 (`count` bytes read of each)
+    } else if (x.idx.unit(i0, count) || (x.idx.t && x.idx.run >= 8)) {
+        // the indices are contiguous at each k: interleave the rows k and k + 1 (`count` bytes read of each;
+        // from two runs of a table where the indices straddle them)
+        const int split = x.idx.t ? (int)std::min<int64_t>(count, x.idx.run - i0 % x.idx.run) : count;
+        const int8_t* base = x.p + x.idx.off(i0);
+        const int8_t* rest = split < count ? x.p + x.idx.off(i0 + split) : base;
         for (; 2 * p + 1 < kc; ++p) {
-            const int8_t* src = x.p + i0 + (k0 + 2 * p) * x.s_k;
-            int64_t r0 = 0, r1 = 0;
-            std::memcpy(&r0, src, count);
-            std::memcpy(&r1, src + x.s_k, count);
+            const int64_t o0 = x.k.off(k0 + 2 * p), o1 = x.k.off(k0 + 2 * p + 1);
+            int64_t r0 = load_bytes(base + o0, split), r1 = load_bytes(base + o1, split);
+            if (split < count) {  // (little-endian: the second run's bytes above the first's)
+                r0 |= load_bytes(rest + o0, count - split) << (8 * split);
+                r1 |= load_bytes(rest + o1, count - split) << (8 * split);
+            }
             const __m128i lo = _mm_cvtepi8_epi16(_mm_cvtsi64_si128(r0));
             const __m128i hi = _mm_cvtepi8_epi16(_mm_cvtsi64_si128(r1));
             _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + p * W + off), _mm_unpacklo_epi16(lo, hi));
@@ -129,8 +164,7 @@ static void pack_panel(const Operand& x, int64_t i0, int count, int64_t k0, int6
                 dst[p * W + i] = 0;
                 continue;
             }
-            const int8_t* src = x.p + (i0 + i) * x.s_idx + k * x.s_k;
-            dst[p * W + i] = pair16(src[0], two ? src[x.s_k] : 0);
+            dst[p * W + i] = pair16(*x.at(i0 + i, k), two ? *x.at(i0 + i, k + 1) : 0);
         }
     }
 }
@@ -138,9 +172,9 @@ static void pack_panel(const Operand& x, int64_t i0, int count, int64_t k0, int6
 // The rows of a panel (s_k == 1: each index's run of kc bytes) into the cache ahead of their packing: the
 // runs are too short for the hardware prefetcher to find (the loads of the source took 3/4 of the packing)
 static void prefetch_panel(const Operand& x, int64_t i0, int count, int64_t k0, int64_t kc) {
-    if (x.s_k != 1) return;
+    if (x.k.t || x.k.stride != 1) return;
     for (int i = 0; i < count; ++i) {
-        const char* row = reinterpret_cast<const char*>(x.p + (i0 + i) * x.s_idx + k0);
+        const char* row = reinterpret_cast<const char*>(x.at(i0 + i, k0));
         for (int64_t b = 0; b < kc; b += 64) __builtin_prefetch(row + b, 0, 3);
         __builtin_prefetch(row + kc - 1, 0, 3);
     }
@@ -231,7 +265,9 @@ static void gemm_part(int64_t m0, int64_t m1, int64_t N, int64_t k0, int64_t k1,
                       const Operand& b, int32_t* c, int64_t ldc, bool accumulate, std::vector<int32_t>& apack,
                       std::vector<int32_t>& bpack, const float* scale) {
     // equal K blocks (576 = 288 + 288, not 512 + 64: a short block costs a C tile's reload for little work)
-    const int64_t nblocks = (k1 - k0 + KC - 1) / KC, kblock = ((k1 - k0 + nblocks - 1) / nblocks + 1) / 2 * 2;
+    // (multiples of 16 where a table's runs are: the packing's 16-k loads then never straddle two runs)
+    const int64_t align = a.k.t || b.k.t ? 16 : 2, nblocks = (k1 - k0 + KC - 1) / KC;
+    const int64_t kblock = ((k1 - k0 + nblocks - 1) / nblocks + align - 1) / align * align;
     for (int64_t jc = 0; jc < N; jc += NC) {
         const int64_t nc = std::min(NC, N - jc);
         for (int64_t pc = k0; pc < k1; pc += kblock) {
@@ -265,7 +301,7 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
     // small products stay on one thread: a parallel region waits for every thread (milliseconds on a
     // loaded machine, measured)
     const int nt = (double)M * N * K < (double)(1 << 22) ? 1 : std::max(1, omp_get_max_threads());
-    const size_t kp_max = (size_t)(std::min(KC, K) + 1) / 2;
+    const size_t kp_max = (size_t)(std::min(KC, K) + 16) / 2;  // (blocks rounded up to 16, gemm_part)
     const size_t b_size = kp_max * ((std::min(NC, N) + NR - 1) / NR * NR) + PAD, a_size = kp_max * MC + PAD;
     // a long reduction into a small output (weight gradients): each thread a range of K
     const bool split_k = nt > 1 && K >= 8 * std::max(M, N) && K >= 4 * KC;
@@ -280,7 +316,7 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
         return;
     }
     std::vector<std::vector<int32_t>> partial(nt - 1, std::vector<int32_t>((size_t)M * N));
-    const int64_t per = ((K + nt - 1) / nt + KC - 1) / KC * KC;
+    const int64_t per = ((K + nt - 1) / nt + KC - 1) / KC * KC;  // (a multiple of 16: KC is)
 #pragma omp parallel num_threads(nt)
     {
         std::vector<int32_t> ap(a_size), bp(b_size);
@@ -312,7 +348,17 @@ extern "C" {
 // and holds (float)sum * *scale
 void rq_gemm_s8(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, int64_t sak, const int8_t* B,
                 int64_t sbk, int64_t sbn, int32_t* C, int64_t ldc, const float* scale) {
-    rq::gemm(M, N, K, rq::Operand{A, sam, sak}, rq::Operand{B, sbn, sbk}, C, ldc, scale);
+    rq::gemm(M, N, K, rq::Operand{A, {sam}, {sak}}, rq::Operand{B, {sbn}, {sbk}}, C, ldc, scale);
+}
+
+// rq_gemm_s8 with an axis read through a table (rq::Axis): each operand's m / n axis and k axis take a
+// stride, or a table of run starts (nullable) and the run's length; a run's elements are contiguous
+void rq_gemm_s8_tables(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, const int64_t* tam,
+                       int64_t ram, int64_t sak, const int64_t* tak, int64_t rak, const int8_t* B, int64_t sbk,
+                       const int64_t* tbk, int64_t rbk, int64_t sbn, const int64_t* tbn, int64_t rbn, int32_t* C,
+                       int64_t ldc, const float* scale) {
+    rq::gemm(M, N, K, rq::Operand{A, {sam, tam, ram}, {sak, tak, rak}},
+             rq::Operand{B, {sbn, tbn, rbn}, {sbk, tbk, rbk}}, C, ldc, scale);
 }
 
 }  // extern "C"
