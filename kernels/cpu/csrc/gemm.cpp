@@ -85,15 +85,24 @@ static inline void transpose8(__m256i v[8]) {
     v[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
 }
 
-// `count` (<= 8) bytes into the low end of an int64 (zeros above), without a call to memcpy per pair
+// `count` (<= 8) bytes into the low end of an int64 (zeros above), in registers: no call to memcpy per pair,
+// and no partial stores read back whole (a store-forwarding stall each: 3/4 of a weight gradient's packing)
 static inline int64_t load_bytes(const int8_t* src, int count) {
-    int64_t r = 0;
-    switch (count) {
-        case 8: std::memcpy(&r, src, 8); break;
-        case 6: std::memcpy(&r, src, 4); std::memcpy(reinterpret_cast<char*>(&r) + 4, src + 4, 2); break;
-        default: for (int i = 0; i < count; ++i) reinterpret_cast<int8_t*>(&r)[i] = src[i];
+    uint64_t r;
+    if (count == 8) {
+        std::memcpy(&r, src, 8);
+        return (int64_t)r;
     }
-    return r;
+    uint32_t lo = 0;
+    uint16_t mid = 0;
+    if (count == 6) {
+        std::memcpy(&lo, src, 4);
+        std::memcpy(&mid, src + 4, 2);
+        return (int64_t)((uint64_t)lo | (uint64_t)mid << 32);
+    }
+    r = 0;
+    for (int i = 0; i < count; ++i) r |= (uint64_t)(uint8_t)src[i] << (8 * i);
+    return (int64_t)r;
 }
 
 // Up to 8 indices from i0 (`count` of them, the rest zeros) into slots [off, off + 8) of a W-wide panel,
