@@ -526,3 +526,21 @@ def test_native_implicit_im2col_products_are_exact(monkeypatch, n, cin, cout, sp
             assert t.stride() == copied[what].stride() and t._is_view() == copied[what]._is_view(), what
     finally:
         cpu.clear_route_caches()
+
+
+def test_native_gemm_threads_split_rows_or_columns_exactly():
+    """Two threads take ranges of rows, or of columns where B is the larger operand (N > M), and leave
+    the same int32 result, scaled or not."""
+    gen = torch.Generator().manual_seed(7)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for m, k, n in ((40, 700, 300), (300, 700, 40), (97, 1500, 97)):
+            a = torch.randint(-127, 128, (m, k), generator=gen, dtype=torch.int8)
+            b = torch.randint(-127, 128, (k, n), generator=gen, dtype=torch.int8)
+            want = (a.long() @ b.long()).to(torch.int32)
+            assert torch.equal(native.gemm(a, b), want)
+            scale = torch.tensor([0.03], dtype=torch.float32)
+            assert torch.equal(native.gemm(a, b, scale=scale), want.to(torch.float32) * scale)
+    finally:
+        torch.set_num_threads(threads)
