@@ -544,3 +544,15 @@ def test_native_gemm_threads_split_rows_or_columns_exactly():
             assert torch.equal(native.gemm(a, b, scale=scale), want.to(torch.float32) * scale)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize(
+    "shape,p", [((2, 3, 5, 4), (1, 2)), ((1, 16, 4, 5, 3), (1, 0, 2)), ((2, 8, 7), (3,))], ids=str
+)
+def test_pad_zero_pads_with_zeros_in_either_layout(shape, p):
+    """im2col.pad_zero zeroes only the border of a fresh buffer: every border byte is still 0."""
+    gen = torch.Generator().manual_seed(len(shape))
+    x = torch.randint(-127, 128, shape, generator=gen, dtype=torch.int8)
+    want = torch.nn.functional.pad(x.float(), [v for b in reversed(p) for v in (b, b)]).to(torch.int8)
+    for xx in (x, _cl(x)):
+        assert torch.equal(cpu.im2col.pad_zero(xx, p), want)

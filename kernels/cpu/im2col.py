@@ -64,8 +64,15 @@ def pad_zero(xq: torch.Tensor, p) -> torch.Tensor:
     n, c, *sp = xq.shape
     shape = (n, c, *(a + 2 * b for a, b in zip(sp, p, strict=True)))
     xp = empty_cl(shape, xq.dtype) if is_cl(xq) else torch.empty(shape, dtype=xq.dtype)
-    xp.zero_()
-    xp[(slice(None), slice(None)) + tuple(slice(b, b + a) for a, b in zip(sp, p, strict=True))] = xq
+    inner = tuple(slice(b, b + a) for a, b in zip(sp, p, strict=True))
+    # only the border is zeroed (a whole-buffer fill was 1% of a ResNet-50 step): per spatial dim, its two
+    # margins, across the dims before it already cut to their interior
+    for i, (a, b) in enumerate(zip(sp, p, strict=True)):
+        if b:
+            head = (slice(None), slice(None)) + inner[:i]
+            xp[head + (slice(0, b),)] = 0
+            xp[head + (slice(a + b, None),)] = 0
+    xp[(slice(None), slice(None)) + inner] = xq
     return xp
 
 
