@@ -102,7 +102,7 @@ def implicit_ok(xp: torch.Tensor) -> bool:
     return not routes.torch_int8_fast() and xp.stride(1) == 1 and xp.shape[1] % 16 == 0
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)  # (a detector's varying image sizes: a bounded few MB)
 def _column_tables(shape, strides, k, s, d, out) -> tuple[torch.Tensor, torch.Tensor]:
     n, c, *_ = shape
     sn, _, *sl = strides
