@@ -499,22 +499,31 @@ def test_native_implicit_im2col_products_are_exact(monkeypatch, n, cin, cout, sp
             "weight grad": reference.conv_weight_grad(xr, g.contiguous(), w.shape, *geo),
         }
 
-        def run():
-            return {
-                "forward": cpu.conv_forward(x, w, *geo),
-                "input grad": cpu.conv_input_grad(g, w, x.shape, *geo),
-                "weight grad": cpu.conv_weight_grad(x, g, w.shape, *geo),
-                "forward scaled": cpu.conv_forward(x, w, *geo, out_scale=scale),
-                "input grad scaled": cpu.conv_input_grad(g, w, x.shape, *geo, out_scale=scale),
-            }
-
-        got = run()
-        assert len(calls) >= (2 if cin % 16 == 0 else 0) and (
-            cin % 16 == 0 or all(c[2] % 16 == 0 for c in calls)
+        passes = {
+            "forward": lambda: cpu.conv_forward(x, w, *geo),
+            "input grad": lambda: cpu.conv_input_grad(g, w, x.shape, *geo),
+            "weight grad": lambda: cpu.conv_weight_grad(x, g, w.shape, *geo),
+            "forward scaled": lambda: cpu.conv_forward(x, w, *geo, out_scale=scale),
+            "input grad scaled": lambda: cpu.conv_input_grad(g, w, x.shape, *geo, out_scale=scale),
+        }
+        got, tables_used, every_call = {}, {}, []
+        for what, call in passes.items():
+            calls.clear()
+            got[what] = call()
+            tables_used[what] = bool(calls)
+            every_call += calls
+        assert len(every_call) >= (2 if cin % 16 == 0 else 0) and (
+            cin % 16 == 0 or all(c[2] % 16 == 0 for c in every_call)
         )
+        # which passes read their columns in place: the forward pass and the weight gradient where x has a
+        # multiple of 16 channels, the input gradient (a convolution of g) where g has
+        for what, used in tables_used.items():
+            assert used == ((cout if what.startswith("input grad") else cin) % 16 == 0), what
         with monkeypatch.context() as m:
-            m.setattr(cpu.im2col, "implicit_ok", lambda xp: False)
-            copied = run()
+            m.setattr(cpu.im2col, "implicit_ok", lambda channels: False)
+            calls.clear()
+            copied = {what: call() for what, call in passes.items()}
+            assert not calls
         for what, t in got.items():
             if what.endswith("scaled"):
                 expect = cpu.dequantize(want[what.removesuffix(" scaled")], scale)
@@ -549,10 +558,15 @@ def test_native_gemm_threads_split_rows_or_columns_exactly():
 @pytest.mark.parametrize(
     "shape,p", [((2, 3, 5, 4), (1, 2)), ((1, 16, 4, 5, 3), (1, 0, 2)), ((2, 8, 7), (3,))], ids=str
 )
-def test_pad_zero_pads_with_zeros_in_either_layout(shape, p):
-    """im2col.pad_zero zeroes only the border of a fresh buffer: every border byte is still 0."""
+def test_pad_zero_pads_with_zeros_in_either_layout(monkeypatch, shape, p):
+    """im2col.pad_zero zeroes only the border of an uninitialised buffer: every border byte is 0 even where
+    the buffer held other bytes (the allocation is filled with 0x55 here, as reused heap memory may be)."""
     gen = torch.Generator().manual_seed(len(shape))
     x = torch.randint(-127, 128, shape, generator=gen, dtype=torch.int8)
     want = torch.nn.functional.pad(x.float(), [v for b in reversed(p) for v in (b, b)]).to(torch.int8)
+    real_empty = torch.empty
     for xx in (x, _cl(x)):
-        assert torch.equal(cpu.im2col.pad_zero(xx, p), want)
+        with monkeypatch.context() as m:
+            m.setattr(torch, "empty", lambda *a, **kw: real_empty(*a, **kw).fill_(0x55))
+            got = cpu.im2col.pad_zero(xx, p)
+        assert torch.equal(got, want)

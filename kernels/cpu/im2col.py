@@ -95,11 +95,12 @@ def im2col(xp: torch.Tensor, k, s, d, out, channels_last: bool) -> torch.Tensor:
     return v.reshape(c * math.prod(k), n * math.prod(out))
 
 
-def implicit_ok(xp: torch.Tensor) -> bool:
-    """Whether the native GEMM reads the columns of padded channels-last ``xp`` itself (``implicit_columns``):
-    on the native route, with the channels contiguous and a multiple of 16 of them (its 16-byte loads then
-    stay inside one tap). Elsewhere the columns are copied out (``im2col``)."""
-    return not routes.torch_int8_fast() and xp.stride(1) == 1 and xp.shape[1] % 16 == 0
+def implicit_ok(channels: int) -> bool:
+    """Whether the native GEMM reads the columns of an input with `channels` channels itself, from its
+    padded channels-last copy (``implicit_columns``): on the native route, with a multiple of 16 channels
+    (its 16-byte loads then stay inside one tap). Elsewhere the columns are copied out (``im2col``). Decided
+    before any padding, so the other routes do not pay for a padded copy they would not read."""
+    return not routes.torch_int8_fast() and channels % 16 == 0
 
 
 @functools.lru_cache(maxsize=32)  # (a detector's varying image sizes: a bounded few MB)
@@ -124,8 +125,9 @@ def implicit_columns(xp: torch.Tensor, k, s, d, out) -> tuple[torch.Tensor, torc
 
 
 def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, scale=None) -> torch.Tensor:
-    """Exact convolution by im2col + _int_mm over batch chunks, channels-last int32 output (with ``scale``:
-    float32 acc * scale, as ``mm``).
+    """Exact convolution by im2col + _int_mm over batch chunks (ungrouped, on the native route with a multiple
+    of 16 channels: one GEMM reading the padded input, ``implicit_columns``), channels-last int32 output (with
+    ``scale``: float32 acc * scale, as ``mm``).
 
     Groups are done blk at a time with a block-diagonal weight (zeros between the groups), so that
     depthwise convolutions are batched matmuls too.
@@ -152,14 +154,13 @@ def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, scale=N
     y = empty_cl((n, cout, *out), torch.int32)
     y = native.as_float_view(y) if fused else y
     ymat = y.movedim(1, -1).view(n * npos, cout)  # rows (n, o...), contiguous
-    if groups == 1:
-        xp = pad_zero(as_cl(xq), p)
-        if implicit_ok(xp):  # one GEMM over the whole batch, its packing reading xp itself
-            rows, taps = implicit_columns(xp, k, s, d, out)
-            a_m, a_k = (0, rows, 1), (0, taps, cin)
-            b_k, b_n = (wb.stride(0), None, 1), (wb.stride(1), None, 1)
-            native.gemm_tables(n * npos, cout, ntap * cin, xp, a_m, a_k, wb, b_k, b_n, ymat, cout, scale)
-            return y
+    if groups == 1 and implicit_ok(cin):  # one GEMM over the whole batch, its packing reading xp itself
+        xp = pad_zero(as_cl(xq), p)  # channels-last: the channels contiguous, as the tables need
+        rows, taps = implicit_columns(xp, k, s, d, out)
+        a_m, a_k = (0, rows, 1), (0, taps, cin)
+        b_k, b_n = (wb.stride(0), None, 1), (wb.stride(1), None, 1)
+        native.gemm_tables(n * npos, cout, ntap * cin, xp, a_m, a_k, wb, b_k, b_n, ymat, cout, scale)
+        return y
     chunk = routes.batch_chunk(n, npos * ntap * cin, IM2COL_CHUNK_BYTES)
     for n0 in range(0, n, chunk):
         n1 = min(n, n0 + chunk)

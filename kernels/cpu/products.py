@@ -362,10 +362,10 @@ def _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out) -> torch.Tensor | 
     """An ungrouped weight gradient as one native GEMM whose packing reads the padded x itself (im2col.
     implicit_columns), no column copies and no batch chunks; None where that route does not apply. The
     orientation and the returned layouts are conv_weight_grad's (below)."""
-    xp = im2col.pad_zero(as_cl(xq), p)
-    if not im2col.implicit_ok(xp):
-        return None
     cout, cin, *k = weight_shape
+    if not im2col.implicit_ok(cin):
+        return None
+    xp = im2col.pad_zero(as_cl(xq), p)
     ntap, rows = math.prod(k), gq.shape[0] * math.prod(out)
     table_rows, taps = im2col.implicit_columns(xp, k, s, d, out)
     gt = as_cl(gq).movedim(1, -1).reshape(-1, cout)  # (rows, Cout), a view

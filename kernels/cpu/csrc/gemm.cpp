@@ -5,7 +5,8 @@
 // packing them and multiplies pairs with vpmaddwd (AVX2: 16 multiply-adds per instruction, two per cycle,
 // where an fp32 FMA does 8), int32 accumulation: exact, wrapping as int32 does (the int32 contract of
 // kernels.reference). Goto's blocking with a 6 x 16 register tile (6 broadcasts and 2 loads feed 12
-// multiply-adds: 1.1-1.4x the former 8 x 8 tile's GEMM on a Zen 3, docs/measurements.md); both operands are
+// multiply-adds: 0.98-1.37x, median 1.15x, the former 8 x 8 tile's GEMM on a Zen 3, 1 thread,
+// docs/measurements.md); both operands are
 // packed the same way, [k pair][W] int32 = the int16 pair (x[k], x[k+1]) of W = 6 rows of A or 16 columns
 // of B. Every thread works
 // alone (no barrier: under other load a barrier per block cost 30x, measured): it takes a range of rows,
@@ -157,7 +158,9 @@ static void pack_panel(const Operand& x, int64_t i0, int count, int64_t k0, int6
     if (W == 16 && count > 8) {
         const int64_t p0 = pack8<W>(x, i0, 8, k0, kc, dst, 0);
         const int64_t p1 = pack8<W>(x, i0 + 8, count - 8, k0, kc, dst, 8);
-        p = p0 == p1 ? p0 : 0;  // (both halves take the same path: the strides decide)
+        // the halves differ only where one of them is a single index (a strided axis takes it bytewise): the
+        // plain loop below then packs the whole panel again
+        p = p0 == p1 ? p0 : 0;
     } else if (W == 16) {
         p = pack8<W>(x, i0, count, k0, kc, dst, 0);
         for (int64_t q = 0; q < p; ++q) std::memset(dst + q * W + 8, 0, 8 * sizeof(int32_t));
@@ -178,8 +181,8 @@ static void pack_panel(const Operand& x, int64_t i0, int count, int64_t k0, int6
     }
 }
 
-// The rows of a panel (s_k == 1: each index's run of kc bytes) into the cache ahead of their packing: the
-// runs are too short for the hardware prefetcher to find (the loads of the source took 3/4 of the packing)
+// The rows of a panel (a unit-stride k axis: each index's run of kc bytes) into the cache ahead of their
+// packing: the runs are too short for the hardware prefetcher to find (the source's loads held up the packing)
 static void prefetch_panel(const Operand& x, int64_t i0, int count, int64_t k0, int64_t kc) {
     if (x.k.t || x.k.stride != 1) return;
     for (int i = 0; i < count; ++i) {
