@@ -24,6 +24,7 @@ from torch import nn
 import kernels
 from kernels.errors import clear_nonfinite
 from repro.methods import LayerQuantizer, Method, build_method
+from repro.norm_act import fuse_norm_activations, unfuse_norm_activations
 from repro.quant import QMAX
 
 QUANTIZABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
@@ -317,6 +318,7 @@ def quantize_model(
     skip=("first", "last"),
     channels_last_out: bool = False,
     per_call_state: bool = False,
+    fuse_norm: bool = True,
     **method_options: Any,
 ) -> nn.Module:
     """Swap every Conv1d/2d/3d and Linear of `model` (but the skipped) for its INT8 class, in place.
@@ -326,6 +328,8 @@ def quantize_model(
     `channels_last_out`: convolutions leave outputs and input gradients channels-last (Int8Conv).
     `per_call_state`: a layer called several times per forward pass gets one method state per call
     (Int8Layer), instead of one state for all its calls.
+    `fuse_norm`: each BatchNorm2d with a ReLU / ReLU6 after it in a Sequential runs as one op with it
+    (repro.norm_act), unless the method swaps BatchNorm itself (WAGEUBN).
     """
     method = build_method(method, **method_options)
     layers = quantizable_layers(model)
@@ -347,6 +351,9 @@ def quantize_model(
         if isinstance(module, Int8Conv):
             module.channels_last_out = channels_last_out
     swap_modules(model, method)
+    unfuse_norm_activations(model)
+    if fuse_norm and nn.BatchNorm2d not in method.module_swaps():
+        fuse_norm_activations(model)
     if not hasattr(model, "_int8_forward_hook"):
         model._int8_forward_hook = model.register_forward_pre_hook(_new_forward_pass)
     return model

@@ -4,7 +4,8 @@ From the ground up: ``runtime`` builds and loads the C++ of ``csrc/``; ``native`
 depthwise products) and ``quantizer`` (the fused quantizer) call it; ``memory`` lays out outputs,
 ``onednn`` calls oneDNN's int8 convolution, ``routes`` probes which exact route this CPU takes,
 ``im2col`` is the exact im2col + ``torch._int_mm`` route, and ``products`` the convolutions and linear
-products that choose among them.
+products that choose among them. ``norm`` is BatchNorm with its activation fused with the int8 codes
+around it, and ``known`` keeps what such a kernel found of a tensor for the quantizer that reads it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from .products import (
     linear_input_grad,
     linear_weight_grad,
 )
+from .norm import backward as norm_act_backward
+from .norm import forward as norm_act_forward
+from .norm import supported as norm_act_supported
 from .quantizer import absmax, absmax_quantize, channel_stats, dequantize, quantize
 from .routes import clear_route_caches, conv_route, torch_int8_fast
 
@@ -37,6 +41,9 @@ __all__ = [
     "linear_input_grad",
     "linear_weight_grad",
     "native",
+    "norm_act_backward",
+    "norm_act_forward",
+    "norm_act_supported",
     "quantize",
     "routes",
     "torch_int8_fast",

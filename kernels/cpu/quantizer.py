@@ -20,7 +20,7 @@ from ..backend import DTYPES, QMAX
 from ..errors import NonFiniteError
 from ..geometry import channel_split, dense
 from ..rng import next_key
-from . import runtime
+from . import known, runtime
 from .runtime import int64_array, pointer
 
 ROUNDINGS = ("nearest", "stochastic")
@@ -67,6 +67,12 @@ def _scales(scale, x: torch.Tensor, axis: int | None) -> torch.Tensor:
 
 def absmax(x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
     """max|x| (float32): a 0-d tensor, or one value per slice along `axis`. Raises NonFiniteError."""
+    facts = known.recall(x)
+    if facts is not None:  # found by the kernel that made x
+        if axis is None and facts.scale is not None:
+            return facts.scale.clone()
+        if facts.channel_max is not None and (axis is None or axis % x.dim() == 1):
+            return facts.channel_max.max() if axis is None else facts.channel_max.clone()
     lib = runtime.library()
     if lib is None:
         return _torch_absmax(x, axis)
@@ -88,12 +94,31 @@ def _native_absmax(lib, x, xd, dt) -> torch.Tensor:
 def channel_stats(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """max|x| and the population standard deviation per slice along `axis` (None: of the whole tensor,
     as 0-d tensors), in one pass."""
+    facts = known.recall(x)
+    if facts is not None and facts.channel_sums is not None and (axis is None or axis % x.dim() == 1):
+        return _known_stats(facts, x, axis)
     lib = runtime.library()
     if lib is None:
         return _torch_channel_stats(x, axis)
     xd, dt = _operand(x)
     amax, sigma = _stats(lib, xd, dt, None if axis is None else axis % x.dim(), moments=True)
     return (amax.reshape(()), sigma.reshape(())) if axis is None else (amax, sigma)
+
+
+def _known_stats(facts, x, axis):
+    """channel_stats from the maxima and sums the kernel that made x kept (kernels.cpu.known)."""
+    amax, (s1, s2) = facts.channel_max, facts.channel_sums
+    if axis is None:
+        amax, s1, s2 = amax.max(), s1.sum().reshape(1), s2.sum().reshape(1)
+    return amax, _sigma(s1, s2, max(1, x.numel() // (1 if axis is None else max(1, x.shape[1])))).reshape(
+        amax.shape
+    )
+
+
+def _sigma(s1, s2, n):
+    """The population standard deviation from the sum and the sum of squares of n values (float64)."""
+    mean = s1 / n
+    return (s2 / n - mean * mean).clamp_min_(0.0).sqrt_().float()
 
 
 def _stats(lib, xd, dt, axis, moments):
@@ -108,9 +133,7 @@ def _stats(lib, xd, dt, axis, moments):
             _raise("the quantizer's input", xd)
     if not moments:
         return amax, None
-    n = max(1, xd.numel() // max(1, channels))
-    mean = s1 / n
-    return amax, (s2 / n - mean * mean).clamp_min_(0.0).sqrt_().float()
+    return amax, _sigma(s1, s2, max(1, xd.numel() // max(1, channels)))
 
 
 def quantize(
@@ -165,8 +188,11 @@ def _native_quantize(lib, x, xd, dt, s, axis, rounding, generator, above, count_
 
 def absmax_quantize(x, axis=None, rounding="nearest", generator=None):
     """(codes, s) with s = max|x| per tensor or per slice along `axis`."""
+    facts = known.recall(x)
+    if facts is not None and axis is None and rounding == "nearest" and facts.codes is not None:
+        return facts.codes, facts.scale  # written with x by the kernel that made it
     lib = runtime.library()
-    if lib is None or axis is not None:
+    if lib is None or axis is not None or (facts is not None and facts.channel_max is not None):
         s = absmax(x, axis)
         return quantize(x, s, axis, rounding, generator), s
     # per tensor (every forward operand, and gq's gradient): absmax's and quantize's native calls on one

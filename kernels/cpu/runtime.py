@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
-SOURCES = ("quantize.cpp", "gemm.cpp", "depthwise.cpp", "float_format.cpp")
-HEADERS = ("philox.h",)
+SOURCES = ("quantize.cpp", "gemm.cpp", "depthwise.cpp", "float_format.cpp", "norm.cpp")
+HEADERS = ("philox.h", "codes.h")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 
 
@@ -107,6 +107,34 @@ def library() -> ctypes.CDLL | None:
     lib.rq_dw_weight_grad.restype = i32
     lib.rq_round_float_format.argtypes = (ptr, ptr, i64, i32, i32, ctypes.c_float, ptr, ptr)
     lib.rq_round_float_format.restype = i64
+    f32 = ctypes.c_float
+    lib.rq_norm_stats.argtypes = (ptr, i64, i64, ptr, ptr, ptr, ptr, ptr)
+    lib.rq_norm_stats.restype = i32
+    lib.rq_norm_output_absmax.argtypes = (ptr, ptr, i64, ptr, ptr, f32, f32)
+    lib.rq_norm_output_absmax.restype = f32
+    lib.rq_norm_apply.argtypes = (ptr, ptr, ptr, i64, i64, ptr, ptr, f32, f32, f32)
+    lib.rq_norm_apply.restype = None
+    lib.rq_norm_grad_sums.argtypes = (ptr, ptr, i64, i64, ptr, ptr, f32, f32, ptr, ptr, ptr)
+    lib.rq_norm_grad_sums.restype = None
+    lib.rq_norm_grad_apply.argtypes = (
+        ptr,
+        ptr,
+        ptr,
+        i64,
+        i64,
+        ptr,
+        ptr,
+        f32,
+        f32,
+        ptr,
+        ptr,
+        ptr,
+        ptr,
+        ptr,
+        ptr,
+        ptr,
+    )
+    lib.rq_norm_grad_apply.restype = i32
     return lib
 
 

@@ -17,6 +17,7 @@
 
 #include <omp.h>
 
+#include "codes.h"
 #include "philox.h"
 
 namespace rq {
@@ -25,7 +26,6 @@ enum Dtype { F32 = 0, BF16 = 1, F16 = 2 };
 // below this many elements a pass stays on one thread, as torch's grain size: a parallel region waits for
 // every thread, and on a loaded machine that wait cost milliseconds per call (measured)
 constexpr int64_t PARALLEL_MIN = 1 << 15;
-constexpr float QMAXF = 127.0f;
 
 static inline float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
@@ -66,25 +66,6 @@ static inline float load1(const void* p, int64_t i) {
     else return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
 }
 
-static inline bool nonfinite(float v) { return !(std::fabs(v) <= std::numeric_limits<float>::max()); }
-
-// repro.quant's reference: where(s > 0, 127 / s.clamp_min(FLT_MIN), 0), and torch evaluates 127 / s as
-// s.reciprocal() * 127 (two roundings; 127.0f / s differs in the last bit for some s)
-static inline float inv_scale(float s) {
-    return s > 0.0f ? (1.0f / std::fmax(s, std::numeric_limits<float>::min())) * QMAXF : 0.0f;
-}
-
-// fmax(v, -127) then fmin(., 127), NaN included (a NaN becomes -127, as fmax returns the other operand), in
-// comparisons the compiler inlines: std::fmin / std::fmax stay calls into libm, four of them an element
-static inline float clamp_code(float v) {
-    v = v > -QMAXF ? v : -QMAXF;
-    return v < QMAXF ? v : QMAXF;
-}
-
-static inline int8_t code_nearest(float x, float inv) {
-    return (int8_t)(int)std::nearbyint(clamp_code(x * inv));
-}
-
 static inline int8_t code_stochastic(float x, float inv, float u) {
     return (int8_t)(int)clamp_code(std::floor(clamp_code(x * inv) + u));
 }
@@ -102,31 +83,10 @@ static inline __m256 load8(const void* p, int64_t i) {
     }
 }
 
-static inline __m256 abs8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
-
-// lanes that are NaN or +-Inf
-static inline __m256 bad8(__m256 v) {
-    return _mm256_cmp_ps(abs8(v), _mm256_set1_ps(std::numeric_limits<float>::max()), _CMP_NLE_UQ);
-}
-
-static inline __m256 clamp8(__m256 v) {
-    return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-QMAXF)), _mm256_set1_ps(QMAXF));
-}
-
-static inline __m256 codes_nearest8(__m256 x, __m256 inv) {
-    return _mm256_round_ps(clamp8(_mm256_mul_ps(x, inv)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
-
 static inline __m256 codes_stochastic8(__m256 x, __m256 inv, __m256 u) {
     return clamp8(_mm256_floor_ps(_mm256_add_ps(clamp8(_mm256_mul_ps(x, inv)), u)));
 }
 
-// 8 integral floats in [-127, 127] -> 8 int8 at q
-static inline void store8(int8_t* q, __m256 v) {
-    const __m256i i = _mm256_cvtps_epi32(v);
-    const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(q), _mm_packs_epi16(p16, p16));
-}
 #endif
 
 // ------------------------------------------------------------------------------------------------------

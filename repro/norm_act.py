@@ -1,0 +1,127 @@
+"""BatchNorm and the ReLU / ReLU6 after it as one op in the int8 models, where the backend fuses them.
+
+In a quantized model every BatchNorm2d followed by a ReLU or ReLU6 in the same Sequential (torchvision's
+Conv2dNormActivation: MobileNetV2/V3, EfficientNet, RegNet) has its class swapped, as the layers are:
+the BatchNorm applies the activation itself, and the activation module passes on a tensor the BatchNorm
+already activated. On a backend with fused kernels (kernels.cpu: `norm_act_supported`) a training step
+then reads and writes each activation a few times instead of 18 (kernels/cpu/norm.py), and the int8
+convolution next to it takes the codes written with y instead of quantizing y again. The arithmetic is
+BatchNorm's and the activation's (batch mean and biased variance, the running statistics updated as torch
+does); the float sums run in another order than torch's, so values differ from torch's in the last bits.
+Evaluation, torch.compile, other backends and layouts run the float modules unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+import kernels
+
+BOUNDS: dict[type[nn.Module], tuple[float, float]] = {nn.ReLU: (0.0, math.inf), nn.ReLU6: (0.0, 6.0)}
+
+
+def _fused_backend(x: torch.Tensor):
+    """The backend whose fused kernels take x, or None (then the float modules run)."""
+    if kernels.compiling():
+        return None
+    backend = kernels.get_backend(x.device)
+    supported = getattr(backend, "norm_act_supported", None)
+    return backend if supported is not None and supported(x) else None
+
+
+class _NormActFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, module, bounds):
+        backend = kernels.get_backend(x.device)
+        y, var, saved = backend.norm_act_forward(x, weight, bias, module.eps, *bounds)
+        module.update_running_stats(saved.mean, var, x.numel() // x.shape[1])
+        ctx.save_for_backward(x, weight)
+        ctx.norm_saved = saved
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, weight = ctx.saved_tensors
+        gx, gw, gb = kernels.get_backend(gy.device).norm_act_backward(gy, x, weight, ctx.norm_saved)
+        needs = ctx.needs_input_grad
+        return gx if needs[0] else None, gw if needs[1] else None, gb if needs[2] else None, None, None
+
+
+class NormActMixin:
+    """A BatchNorm that applies the activation after it (`act_bounds`: clamp to [lo, hi])."""
+
+    act_bounds: tuple[float, float]
+
+    def forward(self, x):
+        backend = _fused_backend(x) if self.training else None
+        if backend is None:
+            return activate(super().forward(x), self.act_bounds)
+        if self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+        return _NormActFunction.apply(x, self.weight, self.bias, self, self.act_bounds)
+
+    @torch.no_grad()
+    def update_running_stats(self, mean: torch.Tensor, var: torch.Tensor, n: int) -> None:
+        """torch's update: an exponential average (momentum, or 1 / batches seen where momentum is None)
+        of the batch mean and the unbiased variance."""
+        if not self.track_running_stats or self.running_mean is None:
+            return
+        factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype), alpha=factor)
+        unbiased = var * (n / max(1, n - 1))
+        self.running_var.mul_(1 - factor).add_(unbiased.to(self.running_var.dtype), alpha=factor)
+
+
+def activate(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+    lo, hi = bounds
+    return torch.relu(x) if hi == math.inf else torch.clamp(x, lo, hi)
+
+
+class FusedBatchNorm2d(NormActMixin, nn.BatchNorm2d):
+    pass
+
+
+class FoldedActivation:
+    """An activation whose BatchNorm applies it: the identity (the module keeps its class's attributes and
+    state_dict, and `float_activation` its original class)."""
+
+    def forward(self, x):
+        return x
+
+
+FOLDED = {
+    cls: type(f"Folded{cls.__name__}", (FoldedActivation, cls), {"__module__": __name__}) for cls in BOUNDS
+}
+
+
+def fuse_norm_activations(model: nn.Module) -> int:
+    """Swap each exact BatchNorm2d that a ReLU or ReLU6 follows in a Sequential; returns how many."""
+    parents: dict[int, int] = {}  # an activation module used in two places stays as it is
+    for _, m in model.named_modules(remove_duplicate=False):
+        for child in m.children():
+            parents[id(child)] = parents.get(id(child), 0) + 1
+    fused = 0
+    for seq in model.modules():
+        if not isinstance(seq, nn.Sequential):
+            continue
+        children = list(seq.children())
+        for norm, act in zip(children, children[1:], strict=False):
+            if type(norm) is nn.BatchNorm2d and type(act) in BOUNDS and parents[id(act)] == 1:
+                norm.__class__ = FusedBatchNorm2d
+                norm.act_bounds = BOUNDS[type(act)]
+                act.__class__ = FOLDED[type(act)]
+                fused += 1
+    return fused
+
+
+def unfuse_norm_activations(model: nn.Module) -> None:
+    """Back to the float classes (before another method's quantize_model, or none)."""
+    for m in model.modules():
+        if isinstance(m, FusedBatchNorm2d):
+            m.__class__ = nn.BatchNorm2d
+            del m.act_bounds
+        elif isinstance(m, FoldedActivation):
+            m.__class__ = next(c for c in type(m).__mro__[1:] if c in BOUNDS)

@@ -1,0 +1,173 @@
+"""BatchNorm fused with its activation and the int8 codes around it (kernels.cpu.norm, repro.norm_act):
+the same values as torch's BatchNorm and ReLU / ReLU6 (up to the order of float sums), codes and scales
+bit-equal to the quantizer's own, and facts dropped when their tensor changes."""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import kernels.cpu as cpu
+from kernels.cpu import known, runtime
+from kernels.errors import NonFiniteError
+from repro.layers import quantize_model
+from repro.norm_act import FusedBatchNorm2d
+
+pytestmark = pytest.mark.skipif(not runtime.available(), reason="the native library is not built here")
+
+BOUNDS = {"relu6": (0.0, 6.0), "relu": (0.0, math.inf), "none": (-math.inf, math.inf)}
+
+
+def _input(channels=20, shift=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    # channels not a multiple of 8 (the vector loops' tails), a mean far from 0 in one channel
+    x = torch.randn(4, channels, 5, 7, generator=g) * 3 + shift
+    x[:, 0] += 1000.0
+    return x.contiguous(memory_format=torch.channels_last)
+
+
+def _torch_norm_act(x, w, b, act):
+    y = F.batch_norm(x, None, None, w, b, True, 0.1, 1e-5)
+    lo, hi = BOUNDS[act]
+    return y if act == "none" else (F.relu(y) if hi == math.inf else F.hardtanh(y, lo, hi))
+
+
+@pytest.mark.parametrize("act", list(BOUNDS))
+@pytest.mark.parametrize("affine", [True, False])
+def test_forward_and_backward_match_torch(act, affine):
+    x = _input()
+    c = x.shape[1]
+    w = torch.randn(c) if affine else None
+    b = torch.randn(c) if affine else None
+    if affine:
+        w[1] = -w[1].abs()  # a negative scale: y falls as x rises
+    y, var, saved = cpu.norm_act_forward(x, w, b, 1e-5, *BOUNDS[act])
+    # against float64 (torch's float32 BatchNorm is off by 5e-5 in the channel of mean 1000, as ours)
+    xr = x.double().requires_grad_()
+    params = (
+        [] if not affine else [w.detach().double().requires_grad_(), b.detach().double().requires_grad_()]
+    )
+    ref = _torch_norm_act(xr, *(params or [None, None]), act)
+    assert y.stride() == x.stride()
+    torch.testing.assert_close(y.double(), ref.detach(), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(var, x.double().var(dim=(0, 2, 3), unbiased=False), rtol=1e-5, atol=1e-6)
+
+    g = torch.randn(x.shape).contiguous(memory_format=torch.channels_last)
+    gx, gw, gb = cpu.norm_act_backward(g, x, w, saved)
+    grads = torch.autograd.grad(ref, [xr, *params], g.double())
+    torch.testing.assert_close(gx.double(), grads[0], rtol=1e-4, atol=1e-5)
+    if affine:
+        torch.testing.assert_close(gw.double(), grads[1], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(gb.double(), grads[2], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", list(BOUNDS))
+def test_forward_codes_and_scale_are_the_quantizers(act):
+    """The codes written with y, and s = max|y| found before y existed, bit for bit what the quantizer
+    gives for y (a copy of y: the quantizer knows nothing of it)."""
+    x = _input(channels=17, seed=1)
+    w, b = torch.randn(17), torch.randn(17)
+    w[3] = -2.0
+    y, _, _ = cpu.norm_act_forward(x, w, b, 1e-5, *BOUNDS[act])
+    q, s = cpu.absmax_quantize(y)  # from what was kept
+    q_fresh, s_fresh = cpu.absmax_quantize(y.clone())
+    assert s.item() == s_fresh.item() == y.abs().max().item()
+    assert torch.equal(q, q_fresh)
+    assert cpu.absmax(y).item() == s_fresh.item()
+
+
+def test_backward_facts_are_the_quantizers():
+    x = _input(seed=2)
+    w, b = torch.randn(20), torch.randn(20)
+    _, _, saved = cpu.norm_act_forward(x, w, b, 1e-5, 0.0, 6.0)
+    g = torch.randn(x.shape).contiguous(memory_format=torch.channels_last)
+    gx, _, _ = cpu.norm_act_backward(g, x, w, saved)
+    fresh = gx.clone()
+    assert torch.equal(cpu.absmax(gx, 1), cpu.absmax(fresh, 1))
+    assert cpu.absmax(gx).item() == cpu.absmax(fresh).item()
+    for axis in (1, None):
+        amax, sigma = cpu.channel_stats(gx, axis)
+        amax_f, sigma_f = cpu.channel_stats(fresh, axis)
+        assert torch.equal(amax, amax_f)
+        torch.testing.assert_close(sigma, sigma_f, rtol=1e-5, atol=1e-7)
+    gen = [torch.Generator().manual_seed(5) for _ in range(2)]
+    q, s = cpu.absmax_quantize(gx, rounding="stochastic", generator=gen[0])
+    q_f, s_f = cpu.absmax_quantize(fresh, rounding="stochastic", generator=gen[1])
+    assert s.item() == s_f.item() and torch.equal(q, q_f)
+
+
+def test_a_changed_tensor_loses_its_facts():
+    x = _input(seed=3)
+    y, _, _ = cpu.norm_act_forward(x, None, None, 1e-5, -math.inf, math.inf)
+    assert known.recall(y) is not None
+    y.mul_(2.0)
+    assert known.recall(y) is None
+    q, s = cpu.absmax_quantize(y)
+    assert s.item() == y.abs().max().item()
+    assert known.recall(y.view_as(y)) is None  # another tensor object over the same memory
+
+
+def test_non_finite_input_raises():
+    x = _input(seed=4)
+    x[1, 2, 3, 4] = math.nan
+    with pytest.raises(NonFiniteError):
+        cpu.norm_act_forward(x, None, None, 1e-5, 0.0, 6.0)
+
+
+def _block():
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU6(inplace=True),
+        nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+        nn.Conv2d(16, 8, 1, bias=False), nn.BatchNorm2d(8),
+        nn.Conv2d(8, 8, 1), nn.Flatten(), nn.Linear(8 * 36, 4),
+    )  # fmt: skip
+
+
+def test_quantize_model_fuses_sequential_norm_activations_and_keeps_state_dict():
+    model = _block()
+    keys = list(model.state_dict())
+    quantize_model(model, "gq")
+    kinds = [type(m).__name__ for m in model]
+    assert kinds[1:3] == ["FusedBatchNorm2d", "FoldedReLU6"]
+    assert kinds[4:6] == ["FusedBatchNorm2d", "FoldedReLU"]
+    assert kinds[7] == "BatchNorm2d"  # no activation after it
+    assert list(model.state_dict()) == keys
+    quantize_model(model, "gq", fuse_norm=False)
+    assert [type(m).__name__ for m in model][1:3] == ["BatchNorm2d", "ReLU6"]
+    quantize_model(model, "wageubn")  # swaps BatchNorm itself
+    assert not any(isinstance(m, FusedBatchNorm2d) for m in model.modules())
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_a_fused_module_trains_and_evaluates_as_torchs(channels_last):
+    """Training (fused on channels-last input, torch's own path on NCHW) and evaluation: the values,
+    gradients and running statistics of BatchNorm2d + ReLU6."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.BatchNorm2d(12), nn.ReLU6())
+    fused = copy.deepcopy(ref)
+    quantize_model(fused, "gq")
+    assert isinstance(fused[0], FusedBatchNorm2d)
+    with torch.no_grad():
+        for m in (ref, fused):
+            m[0].weight.copy_(torch.linspace(-1, 2, 12))
+            m[0].bias.copy_(torch.linspace(-0.5, 3, 12))
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    for _ in range(3):
+        x = (torch.randn(6, 12, 4, 5) * 2 + 0.5).contiguous(memory_format=fmt)
+        outs = []
+        for m in (ref, fused):
+            xi = x.clone().requires_grad_()
+            y = m(xi)
+            y.backward(torch.ones_like(y))
+            outs.append((y.detach(), xi.grad))
+        torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(outs[1][1], outs[0][1], rtol=1e-3, atol=1e-5)
+    for name, buf in ref[0].named_buffers():
+        torch.testing.assert_close(getattr(fused[0], name), buf, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fused[0].weight.grad, ref[0].weight.grad, rtol=1e-3, atol=1e-4)
+    ref.eval(), fused.eval()
+    x = torch.randn(2, 12, 4, 5).contiguous(memory_format=fmt)
+    torch.testing.assert_close(fused(x), ref(x), rtol=1e-5, atol=1e-6)
