@@ -11,6 +11,9 @@ around it, and ``known`` keeps what such a kernel found of a tensor for the quan
 from __future__ import annotations
 
 from . import native, routes
+from .norm import backward as norm_act_backward
+from .norm import forward as norm_act_forward
+from .norm import supported as norm_act_supported
 from .products import (
     conv_forward,
     conv_input_grad,
@@ -20,9 +23,6 @@ from .products import (
     linear_input_grad,
     linear_weight_grad,
 )
-from .norm import backward as norm_act_backward
-from .norm import forward as norm_act_forward
-from .norm import supported as norm_act_supported
 from .quantizer import absmax, absmax_quantize, channel_stats, dequantize, quantize
 from .routes import clear_route_caches, conv_route, torch_int8_fast
 

@@ -105,8 +105,10 @@ def backward(g: torch.Tensor, x: torch.Tensor, weight, saved: Saved):
     gx = torch.empty_like(x)
     gmax = torch.empty(c)
     m1, m2 = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
-    bad = lib.rq_norm_grad_apply(pointer(_rows(g)), pointer(rows), pointer(_rows(gx)), n, c, *args, pointer(c1),
-                                 pointer(c2), pointer(c3), pointer(gmax), pointer(m1), pointer(m2))  # fmt: skip
+    coefficients = (pointer(c1), pointer(c2), pointer(c3))
+    out = (pointer(_rows(gx)), n, c)
+    bad = lib.rq_norm_grad_apply(pointer(_rows(g)), pointer(rows), *out, *args, *coefficients, pointer(gmax),
+                                 pointer(m1), pointer(m2))  # fmt: skip
     if not bad:
         known.remember(gx, known.Facts(channel_max=gmax, channel_sums=(m1, m2)))
     return gx, (sgx * saved.invstd).float(), sg.float()
