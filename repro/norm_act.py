@@ -17,6 +17,7 @@ import math
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 import kernels
 
@@ -43,6 +44,7 @@ class _NormActFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, gy):
         x, weight = ctx.saved_tensors
         gx, gw, gb = kernels.get_backend(gy.device).norm_act_backward(gy, x, weight, ctx.norm_saved)
@@ -86,15 +88,21 @@ class FusedBatchNorm2d(NormActMixin, nn.BatchNorm2d):
 
 class FoldedActivation:
     """An activation whose BatchNorm applies it: the identity (the module keeps its class's attributes and
-    state_dict, and `float_activation` its original class)."""
+    state_dict; unfuse_norm_activations gives it its class back)."""
 
     def forward(self, x):
         return x
 
 
-FOLDED = {
-    cls: type(f"Folded{cls.__name__}", (FoldedActivation, cls), {"__module__": __name__}) for cls in BOUNDS
-}
+class FoldedReLU(FoldedActivation, nn.ReLU):
+    pass
+
+
+class FoldedReLU6(FoldedActivation, nn.ReLU6):
+    pass
+
+
+FOLDED = {nn.ReLU: FoldedReLU, nn.ReLU6: FoldedReLU6}
 
 
 def fuse_norm_activations(model: nn.Module) -> int:

@@ -171,3 +171,11 @@ def test_a_fused_module_trains_and_evaluates_as_torchs(channels_last):
     ref.eval(), fused.eval()
     x = torch.randn(2, 12, 4, 5).contiguous(memory_format=fmt)
     torch.testing.assert_close(fused(x), ref(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_fused_model_pickles_and_round_trips(tmp_path):
+    model = quantize_model(_block(), "gq")
+    path = tmp_path / "model.pt"
+    torch.save(model, path)
+    loaded = torch.load(path, weights_only=False)
+    assert [type(m).__name__ for m in loaded][1:3] == ["FusedBatchNorm2d", "FoldedReLU6"]

@@ -57,9 +57,10 @@ def channels_last(product):
     return laid_out
 
 
-# kernels.cpu's quantizers with kernels.reference's int8 products
+# kernels.cpu's quantizers and fused BatchNorm with kernels.reference's int8 products
+FUSED_NORM = ("norm_act_supported", "norm_act_forward", "norm_act_backward")
 REFERENCE = types.SimpleNamespace(
-    **{name: getattr(cpu, name) for name in backend.REQUIRED if name not in PRODUCTS},
+    **{name: getattr(cpu, name) for name in backend.REQUIRED + FUSED_NORM if name not in PRODUCTS},
     **{name: getattr(reference, name) for name in PRODUCTS},
 )
 REFERENCE.conv_forward = channels_last(reference.conv_forward)

@@ -12,7 +12,6 @@ innermost in memory only (channels-last: what the int8 convolutions return); `su
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -38,10 +37,14 @@ def _rows(x: torch.Tensor) -> torch.Tensor | None:
     return t.view(-1, x.shape[1]) if t.is_contiguous() else None
 
 
+def _channel_vector(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().to(torch.float32).contiguous()
+
+
 @dataclass
 class Saved:
     """What the backward pass needs of the forward pass, per channel: float32 mean and the coefficients
-    of y = clamp(x a + b), float64 invstd."""
+    of y = clamp(x a + b, lo, hi), float64 invstd."""
 
     mean: torch.Tensor
     invstd: torch.Tensor
@@ -54,61 +57,40 @@ class Saved:
 def forward(x, weight, bias, eps: float, lo: float, hi: float):
     """(y, biased variance per channel (float64), Saved). y is laid out as x; its codes and scale are kept
     (kernels.cpu.known). Raises NonFiniteError on a NaN or an Inf in x or in y's scale."""
-    lib = runtime.library()
     x = x.detach()
     rows = _rows(x)
     n, c = rows.shape
-    shift = rows[0].clone()  # sums of x - shift: no cancellation in E[d^2] - E[d]^2 where |mean| >> std
-    s1, s2 = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
-    mn, mx = torch.empty(c), torch.empty(c)
-    if lib.rq_norm_stats(
-        pointer(rows), n, c, pointer(shift), pointer(s1), pointer(s2), pointer(mn), pointer(mx)
-    ):
-        raise NonFiniteError(f"non-finite values in BatchNorm's input of shape {tuple(x.shape)}")
-    d = s1 / n
-    var = (s2 / n - d * d).clamp_min_(0.0)
-    mean = shift.double() + d
-    invstd = (var + eps).rsqrt_()
-    a = invstd if weight is None else invstd * weight.detach().double()
-    b = -mean * a if bias is None else bias.detach().double() - mean * a
-    a, b = a.float(), b.float()
-    s = lib.rq_norm_output_absmax(pointer(mn), pointer(mx), c, pointer(a), pointer(b), lo, hi)
-    if not math.isfinite(s):
-        raise NonFiniteError(f"non-finite values in BatchNorm's output of shape {tuple(x.shape)}")
-    y = torch.empty_like(x)
-    q = torch.empty_like(x, dtype=torch.int8)
-    lib.rq_norm_apply(
-        pointer(rows), pointer(_rows(y)), pointer(_rows(q)), n, c, pointer(a), pointer(b), lo, hi, s
-    )
-    known.remember(y, known.Facts(scale=torch.tensor(s), codes=q))
-    return y, var, Saved(mean.float(), invstd, a, b, lo, hi)
+    y, q = torch.empty_like(x), torch.empty_like(x, dtype=torch.int8)
+    mean, a, b, scale = torch.empty(c), torch.empty(c), torch.empty(c), torch.empty(())
+    invstd, var = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
+    w, bb = _channel_vector(weight), _channel_vector(bias)  # held while the native call reads them
+    bad = runtime.library().rq_norm_forward(
+        pointer(rows), pointer(_rows(y)), pointer(_rows(q)), n, c, pointer(w), pointer(bb), eps, lo, hi,
+        pointer(mean), pointer(invstd), pointer(var), pointer(a), pointer(b), pointer(scale),
+    )  # fmt: skip
+    if bad:
+        raise NonFiniteError(f"non-finite values in BatchNorm's input or output of shape {tuple(x.shape)}")
+    known.remember(y, known.Facts(scale=scale, codes=q))
+    return y, var, Saved(mean, invstd, a, b, lo, hi)
 
 
 def backward(g: torch.Tensor, x: torch.Tensor, weight, saved: Saved):
     """(gx, grad of the weight, grad of the bias), float32; gx laid out as x, its per-channel max|gx| and
     moments kept (kernels.cpu.known) unless gx has a NaN or an Inf (the quantizer then raises on it)."""
-    lib = runtime.library()
     x = x.detach()
     rows = _rows(x)
     n, c = rows.shape
     g = g.detach()
     if g.dtype != torch.float32 or g.stride() != x.stride():
         g = torch.empty_like(x).copy_(g)  # x's layout (an upstream op may hand a gradient in another)
-    sg, sgx = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
-    lo, hi = saved.lo, saved.hi
-    args = (pointer(saved.a), pointer(saved.b), lo, hi, pointer(saved.mean))
-    lib.rq_norm_grad_sums(pointer(_rows(g)), pointer(rows), n, c, *args, pointer(sg), pointer(sgx))
-    k = saved.invstd if weight is None else saved.invstd * weight.detach().double()
-    c1 = k.float()
-    c2 = (-k * saved.invstd * saved.invstd * sgx / n).float()
-    c3 = (-k * sg / n).float()
-    gx = torch.empty_like(x)
-    gmax = torch.empty(c)
+    gx, gw, gb, gmax = torch.empty_like(x), torch.empty(c), torch.empty(c), torch.empty(c)
     m1, m2 = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
-    coefficients = (pointer(c1), pointer(c2), pointer(c3))
-    out = (pointer(_rows(gx)), n, c)
-    bad = lib.rq_norm_grad_apply(pointer(_rows(g)), pointer(rows), *out, *args, *coefficients, pointer(gmax),
-                                 pointer(m1), pointer(m2))  # fmt: skip
+    s, w = saved, _channel_vector(weight)  # held while the native call reads it
+    bad = runtime.library().rq_norm_backward(
+        pointer(_rows(g)), pointer(rows), pointer(_rows(gx)), n, c, pointer(w),
+        pointer(s.a), pointer(s.b), s.lo, s.hi, pointer(s.mean), pointer(s.invstd),
+        pointer(gw), pointer(gb), pointer(gmax), pointer(m1), pointer(m2),
+    )  # fmt: skip
     if not bad:
         known.remember(gx, known.Facts(channel_max=gmax, channel_sums=(m1, m2)))
-    return gx, (sgx * saved.invstd).float(), sg.float()
+    return gx, gw, gb

@@ -107,21 +107,32 @@ def library() -> ctypes.CDLL | None:
     lib.rq_dw_weight_grad.restype = i32
     lib.rq_round_float_format.argtypes = (ptr, ptr, i64, i32, i32, ctypes.c_float, ptr, ptr)
     lib.rq_round_float_format.restype = i64
-    f32 = ctypes.c_float
-    lib.rq_norm_stats.argtypes = (ptr, i64, i64, ptr, ptr, ptr, ptr, ptr)
-    lib.rq_norm_stats.restype = i32
-    lib.rq_norm_output_absmax.argtypes = (ptr, ptr, i64, ptr, ptr, f32, f32)
-    lib.rq_norm_output_absmax.restype = f32
-    lib.rq_norm_apply.argtypes = (ptr, ptr, ptr, i64, i64, ptr, ptr, f32, f32, f32)
-    lib.rq_norm_apply.restype = None
-    lib.rq_norm_grad_sums.argtypes = (ptr, ptr, i64, i64, ptr, ptr, f32, f32, ptr, ptr, ptr)
-    lib.rq_norm_grad_sums.restype = None
-    lib.rq_norm_grad_apply.argtypes = (
+    f32, f64 = ctypes.c_float, ctypes.c_double
+    lib.rq_norm_forward.argtypes = (
         ptr,
         ptr,
         ptr,
         i64,
         i64,
+        ptr,
+        ptr,
+        f64,
+        f32,
+        f32,
+        ptr,
+        ptr,
+        ptr,
+        ptr,
+        ptr,
+        ptr,
+    )
+    lib.rq_norm_backward.argtypes = (
+        ptr,
+        ptr,
+        ptr,
+        i64,
+        i64,
+        ptr,
         ptr,
         ptr,
         f32,
@@ -134,7 +145,8 @@ def library() -> ctypes.CDLL | None:
         ptr,
         ptr,
     )
-    lib.rq_norm_grad_apply.restype = i32
+    for fn in (lib.rq_norm_forward, lib.rq_norm_backward):
+        fn.restype = i32
     return lib
 
 

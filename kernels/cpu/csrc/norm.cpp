@@ -234,36 +234,65 @@ static int norm_grad_apply(const float* g, const float* x, float* gx, int64_t ro
     return P.reduce(s1, s2, nullptr, gmax);
 }
 
+// The forward pass: statistics, the per-channel coefficients (in double), y's scale, then y and its codes.
+// weight / bias may be null (no affine). Returns 1 on a NaN or an Inf in x or in the scale.
+static int norm_forward(const float* x, float* y, int8_t* q, int64_t rows, int64_t C, const float* weight,
+                        const float* bias, double eps, float lo, float hi, float* mean, double* invstd, double* var,
+                        float* a, float* b, float* scale) {
+    std::vector<double> s1(C), s2(C);
+    std::vector<float> mn(C), mx(C);
+    if (norm_stats(x, rows, C, x, s1.data(), s2.data(), mn.data(), mx.data())) return 1;  // shift: row 0
+    for (int64_t c = 0; c < C; ++c) {
+        const double d = s1[c] / rows, m = (double)x[c] + d;
+        var[c] = std::max(0.0, s2[c] / rows - d * d);
+        invstd[c] = 1.0 / std::sqrt(var[c] + eps);
+        const double ac = weight ? invstd[c] * weight[c] : invstd[c];
+        mean[c] = (float)m;
+        a[c] = (float)ac;
+        b[c] = (float)((bias ? (double)bias[c] : 0.0) - m * ac);
+    }
+    *scale = norm_output_absmax(mn.data(), mx.data(), C, a, b, lo, hi);
+    if (!std::isfinite(*scale)) return 1;
+    norm_apply(x, y, q, rows, C, a, b, lo, hi, *scale);
+    return 0;
+}
+
+// The backward pass: the sums, the weight's and bias's gradients, then gx with its per-channel max and sums
+// (gx = invstd w (g' - sum(g') / n - (x - mean) invstd^2 sum(g' (x - mean)) / n)). Returns 1 where gx has a
+// NaN or an Inf.
+static int norm_backward(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* weight,
+                         const float* a, const float* b, float lo, float hi, const float* mean, const double* invstd,
+                         float* gw, float* gb, float* gmax, double* m1, double* m2) {
+    std::vector<double> sg(C), sgx(C);
+    norm_grad_sums(g, x, rows, C, a, b, lo, hi, mean, sg.data(), sgx.data());
+    std::vector<float> c1(C), c2(C), c3(C);
+    for (int64_t c = 0; c < C; ++c) {
+        const double k = weight ? invstd[c] * weight[c] : invstd[c];
+        c1[c] = (float)k;
+        c2[c] = (float)(-k * invstd[c] * invstd[c] * sgx[c] / rows);
+        c3[c] = (float)(-k * sg[c] / rows);
+        gw[c] = (float)(sgx[c] * invstd[c]);
+        gb[c] = (float)sg[c];
+    }
+    return norm_grad_apply(g, x, gx, rows, C, a, b, lo, hi, mean, c1.data(), c2.data(), c3.data(), gmax, m1, m2);
+}
+
 }  // namespace rq
 
 using namespace rq;
 
 extern "C" {
 
-int rq_norm_stats(const float* x, int64_t rows, int64_t C, const float* shift, double* s1, double* s2, float* mn,
-                  float* mx) {
-    return norm_stats(x, rows, C, shift, s1, s2, mn, mx);
+int rq_norm_forward(const float* x, float* y, int8_t* q, int64_t rows, int64_t C, const float* weight, const float* bias,
+                    double eps, float lo, float hi, float* mean, double* invstd, double* var, float* a, float* b,
+                    float* scale) {
+    return norm_forward(x, y, q, rows, C, weight, bias, eps, lo, hi, mean, invstd, var, a, b, scale);
 }
 
-float rq_norm_output_absmax(const float* mn, const float* mx, int64_t C, const float* a, const float* b, float lo,
-                            float hi) {
-    return norm_output_absmax(mn, mx, C, a, b, lo, hi);
-}
-
-void rq_norm_apply(const float* x, float* y, int8_t* q, int64_t rows, int64_t C, const float* a, const float* b,
-                   float lo, float hi, float s) {
-    norm_apply(x, y, q, rows, C, a, b, lo, hi, s);
-}
-
-void rq_norm_grad_sums(const float* g, const float* x, int64_t rows, int64_t C, const float* a, const float* b, float lo,
-                       float hi, const float* mean, double* sg, double* sgx) {
-    norm_grad_sums(g, x, rows, C, a, b, lo, hi, mean, sg, sgx);
-}
-
-int rq_norm_grad_apply(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* a,
-                       const float* b, float lo, float hi, const float* mean, const float* c1, const float* c2,
-                       const float* c3, float* gmax, double* s1, double* s2) {
-    return norm_grad_apply(g, x, gx, rows, C, a, b, lo, hi, mean, c1, c2, c3, gmax, s1, s2);
+int rq_norm_backward(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* weight,
+                     const float* a, const float* b, float lo, float hi, const float* mean, const double* invstd,
+                     float* gw, float* gb, float* gmax, double* m1, double* m2) {
+    return norm_backward(g, x, gx, rows, C, weight, a, b, lo, hi, mean, invstd, gw, gb, gmax, m1, m2);
 }
 
 }  // extern "C"
