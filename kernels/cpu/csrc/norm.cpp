@@ -11,8 +11,8 @@
 //                     squares of gx (what the gradient quantizer of the layer before would read gx for)
 //
 // Unfused, torch's BatchNorm, its activation (with the copy autograd keeps of an in-place ReLU6) and the
-// quantizer's max and codes read and write every element 9 times forward and 9 times backward; here 3 and
-// 5 (docs/kernels.md). Tensors are float32, channels innermost: rows x C (N, H, W flattened).
+// quantizer's max and codes read or write every element 9 times forward and 9 times backward; here 4 and 5
+// (docs/kernels.md). Tensors are float32, channels innermost: rows x C (N, H, W flattened).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
