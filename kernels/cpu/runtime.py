@@ -108,43 +108,10 @@ def library() -> ctypes.CDLL | None:
     lib.rq_round_float_format.argtypes = (ptr, ptr, i64, i32, i32, ctypes.c_float, ptr, ptr)
     lib.rq_round_float_format.restype = i64
     f32, f64 = ctypes.c_float, ctypes.c_double
-    lib.rq_norm_forward.argtypes = (
-        ptr,
-        ptr,
-        ptr,
-        i64,
-        i64,
-        ptr,
-        ptr,
-        f64,
-        f32,
-        f32,
-        ptr,
-        ptr,
-        ptr,
-        ptr,
-        ptr,
-        ptr,
-    )
-    lib.rq_norm_backward.argtypes = (
-        ptr,
-        ptr,
-        ptr,
-        i64,
-        i64,
-        ptr,
-        ptr,
-        ptr,
-        f32,
-        f32,
-        ptr,
-        ptr,
-        ptr,
-        ptr,
-        ptr,
-        ptr,
-        ptr,
-    )
+    # (x or g, y or x, the output, rows, C) ... (lo, hi, then six per-channel arrays)
+    tensors, bounds_and_channels = (ptr, ptr, ptr, i64, i64), (f32, f32) + (ptr,) * 6
+    lib.rq_norm_forward.argtypes = (*tensors, ptr, ptr, f64, *bounds_and_channels)
+    lib.rq_norm_backward.argtypes = (*tensors, ptr, ptr, ptr, *bounds_and_channels, ptr)
     for fn in (lib.rq_norm_forward, lib.rq_norm_backward):
         fn.restype = i32
     return lib

@@ -162,8 +162,25 @@ static void norm_apply(const float* x, float* y, int8_t* q, int64_t rows, int64_
     }
 }
 
-// Backward sums per channel: of g' and of g' (x - mean_c), g' = g where lo < x a_c + b_c < hi (torch's
-// activation backward passes the gradient where its output lies strictly inside the bounds)
+// g' = g where lo < x a + b < hi (torch's activation backward passes the gradient where its output lies
+// strictly inside the bounds); the vector form also gives d = x - mean, for the 8 channels from c
+static inline float masked1(float g, float x, float a, float b, float lo, float hi) {
+    const float z = x * a + b;
+    return (z > lo && z < hi) ? g : 0.0f;
+}
+
+#ifdef __AVX2__
+static inline void masked8(const float* gr, const float* xr, const float* a, const float* b, const float* mean,
+                           int64_t c, __m256 lo, __m256 hi, __m256& gp, __m256& d) {
+    const __m256 xv = _mm256_loadu_ps(xr + c);
+    const __m256 z = _mm256_add_ps(_mm256_mul_ps(xv, _mm256_loadu_ps(a + c)), _mm256_loadu_ps(b + c));
+    const __m256 inside = _mm256_and_ps(_mm256_cmp_ps(z, lo, _CMP_GT_OQ), _mm256_cmp_ps(z, hi, _CMP_LT_OQ));
+    gp = _mm256_and_ps(_mm256_loadu_ps(gr + c), inside);
+    d = _mm256_sub_ps(xv, _mm256_loadu_ps(mean + c));
+}
+#endif
+
+// Backward sums per channel: of g' and of g' (x - mean_c)
 static void norm_grad_sums(const float* g, const float* x, int64_t rows, int64_t C, const float* a, const float* b,
                            float lo, float hi, const float* mean, double* sg, double* sgx) {
     Partials P(C);
@@ -174,18 +191,14 @@ static void norm_grad_sums(const float* g, const float* x, int64_t rows, int64_t
 #ifdef __AVX2__
         const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
         for (; c + 8 <= C; c += 8) {
-            const __m256 xv = _mm256_loadu_ps(xr + c);
-            const __m256 z = _mm256_add_ps(_mm256_mul_ps(xv, _mm256_loadu_ps(a + c)), _mm256_loadu_ps(b + c));
-            const __m256 inside = _mm256_and_ps(_mm256_cmp_ps(z, vlo, _CMP_GT_OQ), _mm256_cmp_ps(z, vhi, _CMP_LT_OQ));
-            const __m256 gp = _mm256_and_ps(_mm256_loadu_ps(gr + c), inside);
-            const __m256 d = _mm256_sub_ps(xv, _mm256_loadu_ps(mean + c));
+            __m256 gp, d;
+            masked8(gr, xr, a, b, mean, c, vlo, vhi, gp, d);
             _mm256_storeu_ps(p1 + c, _mm256_add_ps(_mm256_loadu_ps(p1 + c), gp));
             _mm256_storeu_ps(p2 + c, _mm256_add_ps(_mm256_loadu_ps(p2 + c), _mm256_mul_ps(gp, d)));
         }
 #endif
         for (; c < C; ++c) {
-            const float z = xr[c] * a[c] + b[c];
-            const float gp = (z > lo && z < hi) ? gr[c] : 0.0f;
+            const float gp = masked1(gr[c], xr[c], a[c], b[c], lo, hi);
             p1[c] += gp;
             p2[c] += gp * (xr[c] - mean[c]);
         }
@@ -207,11 +220,8 @@ static int norm_grad_apply(const float* g, const float* x, float* gx, int64_t ro
 #ifdef __AVX2__
         const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
         for (; c + 8 <= C; c += 8) {
-            const __m256 xv = _mm256_loadu_ps(xr + c);
-            const __m256 z = _mm256_add_ps(_mm256_mul_ps(xv, _mm256_loadu_ps(a + c)), _mm256_loadu_ps(b + c));
-            const __m256 inside = _mm256_and_ps(_mm256_cmp_ps(z, vlo, _CMP_GT_OQ), _mm256_cmp_ps(z, vhi, _CMP_LT_OQ));
-            const __m256 gp = _mm256_and_ps(_mm256_loadu_ps(gr + c), inside);
-            const __m256 d = _mm256_sub_ps(xv, _mm256_loadu_ps(mean + c));
+            __m256 gp, d;
+            masked8(gr, xr, a, b, mean, c, vlo, vhi, gp, d);
             const __m256 v = _mm256_add_ps(
                 _mm256_add_ps(_mm256_mul_ps(gp, _mm256_loadu_ps(c1 + c)), _mm256_mul_ps(d, _mm256_loadu_ps(c2 + c))),
                 _mm256_loadu_ps(c3 + c));
@@ -222,8 +232,7 @@ static int norm_grad_apply(const float* g, const float* x, float* gx, int64_t ro
         }
 #endif
         for (; c < C; ++c) {
-            const float z = xr[c] * a[c] + b[c];
-            const float gp = (z > lo && z < hi) ? gr[c] : 0.0f;
+            const float gp = masked1(gr[c], xr[c], a[c], b[c], lo, hi);
             const float v = gp * c1[c] + (xr[c] - mean[c]) * c2[c] + c3[c];
             out[c] = v;
             m[c] = std::fmax(m[c], std::fabs(v));
