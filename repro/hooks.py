@@ -48,6 +48,7 @@ class Int8TrainingHook(Hook):
         skip=("first", "last"),
         channels_last_out: bool = False,
         per_call_state: bool = False,
+        fuse_norm: bool = False,
         **options: Any,
     ):
         # Built here so that a bad method or option fails when the config is built, naming the choices.
@@ -55,6 +56,9 @@ class Int8TrainingHook(Hook):
         self.skip = (skip,) if isinstance(skip, str) else tuple(skip)
         self.channels_last_out = channels_last_out  # see repro.layers.Int8Conv
         self.per_call_state = per_call_state  # see repro.layers.Int8Layer
+        # off here (quantize_model's default is on): the kept table cells were trained with torch's BatchNorm,
+        # and the fused one sums its floats in another order (repro.norm_act)
+        self.fuse_norm = fuse_norm
         self._pending_state: dict[str, Any] | None = None
         self._scalings: list[LayerLrScaling] = []
 
@@ -71,6 +75,7 @@ class Int8TrainingHook(Hook):
                 skip=self.skip,
                 channels_last_out=self.channels_last_out,
                 per_call_state=self.per_call_state,
+                fuse_norm=self.fuse_norm,
             )
             count = len(quantized_layers(model))
             runner.logger.info(f"Int8TrainingHook: {self.method.name} on {count} layers ({self.method})")

@@ -4,6 +4,7 @@ bit-equal to the quantizer's own, and facts dropped when their tensor changes.""
 
 import copy
 import math
+import types
 
 import pytest
 import torch
@@ -179,3 +180,16 @@ def test_a_fused_model_pickles_and_round_trips(tmp_path):
     torch.save(model, path)
     loaded = torch.load(path, weights_only=False)
     assert [type(m).__name__ for m in loaded][1:3] == ["FusedBatchNorm2d", "FoldedReLU6"]
+
+
+def test_the_hook_leaves_batchnorm_unfused_unless_asked():
+    """The kept table cells were trained with torch's BatchNorm: the training hook keeps it by default."""
+    pytest.importorskip("mmengine")
+    from repro.hooks import Int8TrainingHook
+
+    runner = types.SimpleNamespace(model=_block(), logger=types.SimpleNamespace(info=lambda *_: None))
+    Int8TrainingHook(method="gq").before_run(runner)
+    assert not any(isinstance(m, FusedBatchNorm2d) for m in runner.model.modules())
+    runner = types.SimpleNamespace(model=_block(), logger=types.SimpleNamespace(info=lambda *_: None))
+    Int8TrainingHook(method="gq", fuse_norm=True).before_run(runner)
+    assert isinstance(runner.model[1], FusedBatchNorm2d)
