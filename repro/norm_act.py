@@ -4,7 +4,7 @@ In a quantized model every BatchNorm2d followed by a ReLU or ReLU6 in the same S
 Conv2dNormActivation: MobileNetV2/V3, EfficientNet, RegNet) has its class swapped, as the layers are:
 the BatchNorm applies the activation itself, and the activation module passes on a tensor the BatchNorm
 already activated. On a backend with fused kernels (kernels.cpu: `norm_act_supported`) a training step
-then reads and writes each activation a few times instead of 18 (kernels/cpu/norm.py), and the int8
+then reads and writes each activation 9 times instead of 18 (kernels/cpu/norm.py), and the int8
 convolution next to it takes the codes written with y instead of quantizing y again. The arithmetic is
 BatchNorm's and the activation's (batch mean and biased variance, the running statistics updated as torch
 does); the float sums run in another order than torch's, so values differ from torch's in the last bits.
