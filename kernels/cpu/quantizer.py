@@ -107,12 +107,11 @@ def channel_stats(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, torc
 
 def _known_stats(facts, x, axis):
     """channel_stats from the maxima and sums the kernel that made x kept (kernels.cpu.known)."""
-    amax, (s1, s2) = facts.channel_max, facts.channel_sums
+    amax, (s1, s2) = facts.channel_max.clone(), facts.channel_sums
+    n = x.numel() // x.shape[1]
     if axis is None:
-        amax, s1, s2 = amax.max(), s1.sum().reshape(1), s2.sum().reshape(1)
-    return amax, _sigma(s1, s2, max(1, x.numel() // (1 if axis is None else max(1, x.shape[1])))).reshape(
-        amax.shape
-    )
+        amax, s1, s2, n = amax.max(), s1.sum().reshape(1), s2.sum().reshape(1), x.numel()
+    return amax, _sigma(s1, s2, max(1, n)).reshape(amax.shape)
 
 
 def _sigma(s1, s2, n):
