@@ -74,6 +74,7 @@ def test_forward_codes_and_scale_are_the_quantizers(act):
     w[3] = -2.0
     y, _, _ = cpu.norm_act_forward(x, w, b, 1e-5, *BOUNDS[act])
     q, s = cpu.absmax_quantize(y)  # from what was kept
+    assert q is known.recall(y).codes  # taken as written, not quantized again
     q_fresh, s_fresh = cpu.absmax_quantize(y.clone())
     assert s.item() == s_fresh.item() == y.abs().max().item()
     assert torch.equal(q, q_fresh)
@@ -86,6 +87,7 @@ def test_backward_facts_are_the_quantizers():
     _, _, saved = cpu.norm_act_forward(x, w, b, 1e-5, 0.0, 6.0)
     g = torch.randn(x.shape).contiguous(memory_format=torch.channels_last)
     gx, _, _ = cpu.norm_act_backward(g, x, w, saved)
+    assert known.recall(gx) is not None  # the quantizer below reads these, not gx
     fresh = gx.clone()
     assert torch.equal(cpu.absmax(gx, 1), cpu.absmax(fresh, 1))
     assert cpu.absmax(gx).item() == cpu.absmax(fresh).item()
@@ -193,3 +195,18 @@ def test_the_hook_leaves_batchnorm_unfused_unless_asked():
     runner = types.SimpleNamespace(model=_block(), logger=types.SimpleNamespace(info=lambda *_: None))
     Int8TrainingHook(method="gq", fuse_norm=True).before_run(runner)
     assert isinstance(runner.model[1], FusedBatchNorm2d)
+
+
+def test_a_training_step_hands_codes_and_gradient_facts_across_autograd(monkeypatch):
+    """In a model, the conv after a fused BatchNorm takes its codes and the conv before it the facts of its
+    gradient: the very tensor objects reach the next Function through autograd, both ways."""
+    torch.manual_seed(0)
+    model = quantize_model(_block(), "gq").to(memory_format=torch.channels_last)
+    hits = []
+    recall = known.recall
+    monkeypatch.setattr(known, "recall", lambda t: hits.append(recall(t)) or hits[-1])
+    x = torch.randn(2, 3, 6, 6).contiguous(memory_format=torch.channels_last)
+    model(x).sum().backward()
+    kept = [f for f in hits if f is not None]
+    assert sum(f.codes is not None for f in kept) >= 1  # forward: y's codes into the next conv
+    assert sum(f.channel_max is not None for f in kept) >= 1  # backward: gx's max into the conv before
