@@ -191,16 +191,20 @@ def absmax_quantize(x, axis=None, rounding="nearest", generator=None):
     if facts is not None and axis is None and rounding == "nearest" and facts.codes is not None:
         return facts.codes, facts.scale  # written with x by the kernel that made it
     lib = runtime.library()
-    if lib is None or axis is not None or (facts is not None and facts.channel_max is not None):
+    if lib is None or axis is not None:
         s = absmax(x, axis)
         return quantize(x, s, axis, rounding, generator), s
     # per tensor (every forward operand, and gq's gradient): absmax's and quantize's native calls on one
     # dense operand, without quantize's checks of a scale absmax has just made (a float32 0-d tensor on
-    # the CPU, finite: rq_absmax raises on a non-finite input). Tens of microseconds of dispatch a call,
-    # three calls a layer and step (docs/measurements.md, issue 64's fixed costs)
+    # the CPU, finite: rq_absmax raises on a non-finite input, and a kernel keeps no facts of one).
+    # Tens of microseconds of dispatch a call, three calls a layer and step (docs/measurements.md, issue
+    # 64's fixed costs)
     _check_rounding(rounding)
     xd, dt = _operand(x)
-    s = _native_absmax(lib, x, xd, dt)
+    if facts is not None and facts.channel_max is not None:
+        s = facts.channel_max.max()  # found by the kernel that made x
+    else:
+        s = _native_absmax(lib, x, xd, dt)
     return _native_quantize(lib, x, xd, dt, s, None, rounding, generator, None, None), s
 
 
