@@ -114,6 +114,21 @@ def test_nearest_ties_round_half_to_even_and_the_reciprocal_rounding():
     assert cpu.quantize(x, torch.tensor(3.734375)).item() == int(reference_codes(x, 3.734375, None))
 
 
+def test_stochastic_codes_at_the_top_stay_127():
+    # 127 + u rounds up to 128 in float32 for u >= 1 - 2^-18; the vector code leaves that to the int8 store's
+    # saturation, which must give the clamp's 127 (never -128). 2^20 elements hold a few such u.
+    shape = (4, 64, 64, 64)
+    k0, k1 = kernels.rng.next_key(torch.Generator().manual_seed(3))
+    u = torch.from_numpy(philox_mirror.uniforms(shape, k0, k1)).reshape(shape)
+    top = u >= 1 - 2.0**-18
+    assert top.any()  # the case is exercised
+    x = torch.full(shape, 1000.0)  # x / s * 127 clamps to 127 exactly
+    x[0, 0, 0, :8] = -1000.0
+    for make in LAYOUTS.values():
+        q = cpu.quantize(make(x), 1.0, rounding="stochastic", generator=torch.Generator().manual_seed(3))
+        assert torch.equal(q, torch.where(x > 0, 127, -127).to(torch.int8))
+
+
 def test_stochastic_rounding_is_unbiased_on_both_vector_paths():
     torch.manual_seed(0)
     for make in (lambda t: t, lambda t: t.contiguous(memory_format=torch.channels_last)):

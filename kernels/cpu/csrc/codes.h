@@ -50,11 +50,22 @@ static inline __m256 codes_nearest8(__m256 x, __m256 inv) {
     return _mm256_round_ps(clamp8(_mm256_mul_ps(x, inv)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
-// 8 integral floats in [-127, 127] -> 8 int8 at q
+// 8 integral floats -> 8 int8 at q, saturating to [-128, 127]
 static inline void store8(int8_t* q, __m256 v) {
     const __m256i i = _mm256_cvtps_epi32(v);
     const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(q), _mm_packs_epi16(p16, p16));
+}
+
+// 32 integral floats (four vectors, in order) -> 32 int8 at q, saturating as store8: two packs and one
+// permutation for the four vectors, where store8 takes an extract and two packs for each (the shuffle unit
+// held up the stochastic rounding's element loop, measured)
+static inline void store32(int8_t* q, __m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+    const __m256i p01 = _mm256_packs_epi32(_mm256_cvtps_epi32(v0), _mm256_cvtps_epi32(v1));
+    const __m256i p23 = _mm256_packs_epi32(_mm256_cvtps_epi32(v2), _mm256_cvtps_epi32(v3));
+    const __m256i b = _mm256_packs_epi16(p01, p23);  // 4-byte groups per 128-bit lane: v0, v1, v2, v3
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                        _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 #endif
 

@@ -83,8 +83,10 @@ static inline __m256 load8(const void* p, int64_t i) {
     }
 }
 
+// floor(clamp(x inv) + u): in [-127, 128], as 127 + u rounds up to 128 for u within 2^-17 of 1. Without
+// code_stochastic's last clamp: store8 and store32 saturate to int8, which takes 128 to the clamp's 127.
 static inline __m256 codes_stochastic8(__m256 x, __m256 inv, __m256 u) {
-    return clamp8(_mm256_floor_ps(_mm256_add_ps(clamp8(_mm256_mul_ps(x, inv)), u)));
+    return _mm256_floor_ps(_mm256_add_ps(clamp8(_mm256_mul_ps(x, inv)), u));
 }
 
 #endif
@@ -586,40 +588,45 @@ static int quantize_stochastic_inner(const void* x, int8_t* q, const Plan& p, in
             for (int w = 0; w < 4; ++w) {
                 const int64_t j = 4 * j4 + w;
                 if (j >= L) break;
-                for (int64_t m0 = c0; m0 < c1; m0 += 8) {
-                    const int64_t off = base + j * sj + m0;
+                const int64_t row = base + j * sj;
+                // the codes of the 8 channels from m0 (floor(v + u), in [-127, 128]), counted where asked
+                auto codes8 = [&](int64_t m0) {
                     const __m256 u = uniform8(_mm256_load_si256(reinterpret_cast<const __m256i*>(&words[w][m0 - c0])));
-                    const int64_t nm = std::min<int64_t>(8, M - m0);
                     __m256 inv;
                     if (!p.per_channel) inv = _mm256_set1_ps(p.inv[0]);
-                    else if (p.axis == m) inv = nm == 8 ? _mm256_loadu_ps(p.inv + m0) : _mm256_setzero_ps();
+                    else if (p.axis == m) inv = _mm256_loadu_ps(p.inv + m0);
                     else inv = _mm256_set1_ps(p.inv[p.axis == last ? j : idx[p.axis]]);  // per_channel: axis >= 0
-                    if (nm == 8) {
-                        const __m256 a = load8<DT>(x, off);
-                        vb = _mm256_or_ps(vb, bad8(a));
-                        store8(q + off, codes_stochastic8(a, inv, u));
-                        if (cnt) {
-                            if (p.axis == m) {
-                                const __m256i gt = _mm256_castps_si256(
-                                    _mm256_cmp_ps(abs8(a), _mm256_loadu_ps(p.thresh + m0), _CMP_GT_OQ));
-                                __m256i* dst = reinterpret_cast<__m256i*>(cnt + m0);
-                                _mm256_storeu_si256(dst, _mm256_sub_epi32(_mm256_loadu_si256(dst), gt));
-                            } else {
-                                const int64_t c = p.axis < 0 ? 0 : (p.axis == last ? j : idx[p.axis]);
-                                const __m256 gt = _mm256_cmp_ps(abs8(a), _mm256_set1_ps(p.thresh[c]), _CMP_GT_OQ);
-                                cnt[c] += __builtin_popcount(_mm256_movemask_ps(gt));
-                            }
+                    const __m256 a = load8<DT>(x, row + m0);
+                    vb = _mm256_or_ps(vb, bad8(a));
+                    if (cnt) {
+                        if (p.axis == m) {
+                            const __m256i gt =
+                                _mm256_castps_si256(_mm256_cmp_ps(abs8(a), _mm256_loadu_ps(p.thresh + m0), _CMP_GT_OQ));
+                            __m256i* dst = reinterpret_cast<__m256i*>(cnt + m0);
+                            _mm256_storeu_si256(dst, _mm256_sub_epi32(_mm256_loadu_si256(dst), gt));
+                        } else {
+                            const int64_t c = p.axis < 0 ? 0 : (p.axis == last ? j : idx[p.axis]);
+                            const __m256 gt = _mm256_cmp_ps(abs8(a), _mm256_set1_ps(p.thresh[c]), _CMP_GT_OQ);
+                            cnt[c] += __builtin_popcount(_mm256_movemask_ps(gt));
                         }
-                    } else {
-                        alignas(32) float us[8];
-                        _mm256_store_ps(us, u);
-                        for (int64_t l = 0; l < nm; ++l) {
-                            const int64_t c = p.axis == m ? m0 + l : (p.axis == last ? j : (p.axis >= 0 ? idx[p.axis] : 0));
-                            const float a = load1<DT>(x, off + l);
-                            bad |= nonfinite(a);
-                            q[off + l] = code_stochastic(a, p.per_channel ? p.inv[c] : p.inv[0], us[l]);
-                            if (cnt) cnt[c] += std::fabs(a) > p.thresh[c];
-                        }
+                    }
+                    return codes_stochastic8(a, inv, u);
+                };
+                int64_t m0 = c0;
+                for (; m0 + 32 <= c1; m0 += 32) {
+                    const __m256 v0 = codes8(m0), v1 = codes8(m0 + 8), v2 = codes8(m0 + 16), v3 = codes8(m0 + 24);
+                    store32(q + row + m0, v0, v1, v2, v3);
+                }
+                for (; m0 + 8 <= c1; m0 += 8) store8(q + row + m0, codes8(m0));
+                if (m0 < c1) {  // the last channels, fewer than 8
+                    alignas(32) float us[8];
+                    _mm256_store_ps(us, uniform8(_mm256_load_si256(reinterpret_cast<const __m256i*>(&words[w][m0 - c0]))));
+                    for (int64_t l = 0; m0 + l < c1; ++l) {
+                        const int64_t c = p.axis == m ? m0 + l : (p.axis == last ? j : (p.axis >= 0 ? idx[p.axis] : 0));
+                        const float a = load1<DT>(x, row + m0 + l);
+                        bad |= nonfinite(a);
+                        q[row + m0 + l] = code_stochastic(a, p.per_channel ? p.inv[c] : p.inv[0], us[l]);
+                        if (cnt) cnt[c] += std::fabs(a) > p.thresh[c];
                     }
                 }
             }
@@ -753,29 +760,39 @@ static int quantize_stochastic_rows(const void* x, int8_t* q, const Plan& p) {
                                  uniform8(_mm256_permute2x128_si256(e2, e3, 0x20)),
                                  uniform8(_mm256_permute2x128_si256(e0, e1, 0x31)),
                                  uniform8(_mm256_permute2x128_si256(e2, e3, 0x31))};
+            // the codes of the 8 elements from j + 8 v (floor(v + u), in [-127, 128]), counted where asked
+            auto codes8 = [&](int v) {
+                const int64_t jv = j + 8 * v;
+                const __m256 a = load8<DT>(x, base + jv);
+                vb = _mm256_or_ps(vb, bad8(a));
+                __m256 inv;
+                if (!p.per_channel) inv = _mm256_set1_ps(p.inv[0]);
+                else if (row_channel) inv = _mm256_set1_ps(p.inv[rc]);
+                else inv = _mm256_loadu_ps(p.inv + jv);
+                if (cnt) {
+                    if (row_channel) {
+                        const __m256 gt = _mm256_cmp_ps(abs8(a), _mm256_set1_ps(p.thresh[rc]), _CMP_GT_OQ);
+                        cnt[rc] += __builtin_popcount(_mm256_movemask_ps(gt));
+                    } else {
+                        const __m256i gt =
+                            _mm256_castps_si256(_mm256_cmp_ps(abs8(a), _mm256_loadu_ps(p.thresh + jv), _CMP_GT_OQ));
+                        __m256i* dst = reinterpret_cast<__m256i*>(cnt + jv);
+                        _mm256_storeu_si256(dst, _mm256_sub_epi32(_mm256_loadu_si256(dst), gt));
+                    }
+                }
+                return codes_stochastic8(a, inv, u[v]);
+            };
+            if (j + 32 <= j1) {
+                const __m256 v0 = codes8(0), v1 = codes8(1), v2 = codes8(2), v3 = codes8(3);
+                store32(q + base + j, v0, v1, v2, v3);
+                continue;
+            }
             for (int v = 0; v < 4; ++v) {
                 const int64_t jv = j + 8 * v;
                 if (jv >= j1) break;
                 const int64_t off = base + jv;
                 if (jv + 8 <= j1) {
-                    const __m256 a = load8<DT>(x, off);
-                    vb = _mm256_or_ps(vb, bad8(a));
-                    __m256 inv;
-                    if (!p.per_channel) inv = _mm256_set1_ps(p.inv[0]);
-                    else if (row_channel) inv = _mm256_set1_ps(p.inv[rc]);
-                    else inv = _mm256_loadu_ps(p.inv + jv);
-                    store8(q + off, codes_stochastic8(a, inv, u[v]));
-                    if (cnt) {
-                        if (row_channel) {
-                            const __m256 gt = _mm256_cmp_ps(abs8(a), _mm256_set1_ps(p.thresh[rc]), _CMP_GT_OQ);
-                            cnt[rc] += __builtin_popcount(_mm256_movemask_ps(gt));
-                        } else {
-                            const __m256i gt = _mm256_castps_si256(
-                                _mm256_cmp_ps(abs8(a), _mm256_loadu_ps(p.thresh + jv), _CMP_GT_OQ));
-                            __m256i* dst = reinterpret_cast<__m256i*>(cnt + jv);
-                            _mm256_storeu_si256(dst, _mm256_sub_epi32(_mm256_loadu_si256(dst), gt));
-                        }
-                    }
+                    store8(q + off, codes8(v));
                 } else {
                     alignas(32) float us[8];
                     _mm256_store_ps(us, u[v]);
