@@ -114,6 +114,23 @@ def test_nearest_ties_round_half_to_even_and_the_reciprocal_rounding():
     assert cpu.quantize(x, torch.tensor(3.734375)).item() == int(reference_codes(x, 3.734375, None))
 
 
+def test_native_standard_deviation_is_the_quantizers_formula():
+    # channels of mean 0, of mean 3e4 (E[x^2] - E[x]^2 cancels), constant ones (0.7: the float sums make the
+    # variance negative, clamped to 0)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(64, 40, generator=gen) * torch.linspace(0, 2, 40) + torch.tensor([0.0, 3e4] * 20)
+    x[:, 6], x[:, 7] = 1.0, 0.7
+    amax = torch.empty(40)
+    s1, s2 = torch.empty(40, dtype=torch.float64), torch.empty(40, dtype=torch.float64)
+    sd = torch.empty(40)
+    lib = runtime.library()
+    ptr = runtime.pointer
+    assert not lib.rq_channel_stats(ptr(x), 0, 64, 40, 1, ptr(amax), ptr(s1), ptr(s2), ptr(sd))
+    assert (s2 / 64 - (s1 / 64) ** 2)[7] < 0 and sd[7] == 0
+    assert torch.equal(sd, cpu_quantize._sigma(s1, s2, 64))
+    assert torch.equal(cpu.channel_stats(x, 1)[1], sd)
+
+
 def test_stochastic_codes_at_the_top_stay_127():
     # 127 + u rounds up to 128 in float32 for u >= 1 - 2^-18; the vector code leaves that to the int8 store's
     # saturation, which must give the clamp's 127 (never -128). 2^20 elements hold a few such u.

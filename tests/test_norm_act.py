@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import kernels.cpu as cpu
-from kernels.cpu import known, runtime
+from kernels.cpu import known, quantizer, runtime
 from kernels.errors import NonFiniteError
 from repro.layers import quantize_model
 from repro.norm_act import FusedBatchNorm2d
@@ -96,6 +96,10 @@ def test_backward_facts_are_the_quantizers():
         amax_f, sigma_f = cpu.channel_stats(fresh, axis)
         assert torch.equal(amax, amax_f)
         torch.testing.assert_close(sigma, sigma_f, rtol=1e-5, atol=1e-7)
+    # the kernel's own standard deviation is the quantizer's formula on the kernel's sums, bit for bit
+    facts = known.recall(gx)
+    n = gx.numel() // gx.shape[1]
+    assert torch.equal(facts.channel_std, quantizer._sigma(*facts.channel_sums, n))
     gen = [torch.Generator().manual_seed(5) for _ in range(2)]
     q, s = cpu.absmax_quantize(gx, rounding="stochastic", generator=gen[0])
     q_f, s_f = cpu.absmax_quantize(fresh, rounding="stochastic", generator=gen[1])

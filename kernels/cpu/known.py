@@ -23,6 +23,7 @@ class Facts:
     channel_sums: tuple[torch.Tensor, torch.Tensor] | None = (
         None  # sum and sum of squares along dim 1, float64
     )
+    channel_std: torch.Tensor | None = None  # the population standard deviation along dim 1, float32
 
 
 _ENTRIES: dict[int, tuple[weakref.ref, int, int, Facts]] = {}

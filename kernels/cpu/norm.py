@@ -75,22 +75,23 @@ def forward(x, weight, bias, eps: float, lo: float, hi: float):
 
 
 def backward(g: torch.Tensor, x: torch.Tensor, weight, saved: Saved):
-    """(gx, grad of the weight, grad of the bias), float32; gx laid out as x, its per-channel max|gx| and
-    moments kept (kernels.cpu.known) unless gx has a NaN or an Inf (the quantizer then raises on it)."""
+    """(gx, grad of the weight, grad of the bias), float32; gx laid out as x, its per-channel max|gx|,
+    moments and standard deviation kept (kernels.cpu.known) unless gx has a NaN or an Inf (the quantizer
+    then raises on it)."""
     x = x.detach()
     rows = _rows(x)
     n, c = rows.shape
     g = g.detach()
     if g.dtype != torch.float32 or g.stride() != x.stride():
         g = torch.empty_like(x).copy_(g)  # x's layout (an upstream op may hand a gradient in another)
-    gx, gw, gb, gmax = torch.empty_like(x), torch.empty(c), torch.empty(c), torch.empty(c)
+    gx, gw, gb, gmax, sd = torch.empty_like(x), torch.empty(c), torch.empty(c), torch.empty(c), torch.empty(c)
     m1, m2 = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
     s, w = saved, _channel_vector(weight)  # held while the native call reads it
     bad = runtime.library().rq_norm_backward(
         pointer(_rows(g)), pointer(rows), pointer(_rows(gx)), n, c, pointer(w),
         pointer(s.a), pointer(s.b), s.lo, s.hi, pointer(s.mean), pointer(s.invstd),
-        pointer(gw), pointer(gb), pointer(gmax), pointer(m1), pointer(m2),
+        pointer(gw), pointer(gb), pointer(gmax), pointer(m1), pointer(m2), pointer(sd),
     )  # fmt: skip
     if not bad:
-        known.remember(gx, known.Facts(channel_max=gmax, channel_sums=(m1, m2)))
+        known.remember(gx, known.Facts(channel_max=gmax, channel_sums=(m1, m2), channel_std=sd))
     return gx, gw, gb

@@ -106,7 +106,10 @@ def channel_stats(x: torch.Tensor, axis: int | None) -> tuple[torch.Tensor, torc
 
 
 def _known_stats(facts, x, axis):
-    """channel_stats from the maxima and sums the kernel that made x kept (kernels.cpu.known)."""
+    """channel_stats from the maxima and sums (or deviations) that the kernel that made x kept
+    (kernels.cpu.known)."""
+    if axis is not None and facts.channel_std is not None:
+        return facts.channel_max.clone(), facts.channel_std.clone()
     amax, (s1, s2) = facts.channel_max.clone(), facts.channel_sums
     n = x.numel() // x.shape[1]
     if axis is None:
@@ -115,7 +118,8 @@ def _known_stats(facts, x, axis):
 
 
 def _sigma(s1, s2, n):
-    """The population standard deviation from the sum and the sum of squares of n values (float64)."""
+    """The population standard deviation from the sum and the sum of squares of n values (float64); the native
+    code computes the same (csrc/moments.h)."""
     mean = s1 / n
     return (s2 / n - mean * mean).clamp_min_(0.0).sqrt_().float()
 
@@ -124,15 +128,18 @@ def _stats(lib, xd, dt, axis, moments):
     outer, c, inner = channel_split(xd, axis)
     channels = 1 if axis is None else xd.shape[axis]
     amax = torch.zeros(channels, dtype=torch.float32)
-    s1 = torch.zeros(channels, dtype=torch.float64) if moments else None
-    s2 = torch.zeros(channels, dtype=torch.float64) if moments else None
+    if not moments:
+        s1 = s2 = sd = None
+    else:
+        s1, s2 = torch.empty(channels, dtype=torch.float64), torch.empty(channels, dtype=torch.float64)
+        sd = torch.zeros(channels, dtype=torch.float32)  # an empty x's
     if xd.numel():
-        bad = lib.rq_channel_stats(pointer(xd), dt, outer, c, inner, pointer(amax), pointer(s1), pointer(s2))
+        bad = lib.rq_channel_stats(
+            pointer(xd), dt, outer, c, inner, pointer(amax), pointer(s1), pointer(s2), pointer(sd)
+        )
         if bad:
             _raise("the quantizer's input", xd)
-    if not moments:
-        return amax, None
-    return amax, _sigma(s1, s2, max(1, xd.numel() // max(1, channels)))
+    return amax, sd
 
 
 def quantize(

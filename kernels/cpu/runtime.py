@@ -25,7 +25,7 @@ import torch
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
 SOURCES = ("quantize.cpp", "gemm.cpp", "depthwise.cpp", "float_format.cpp", "norm.cpp")
-HEADERS = ("philox.h", "codes.h")
+HEADERS = ("philox.h", "codes.h", "moments.h")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 
 
@@ -89,7 +89,7 @@ def library() -> ctypes.CDLL | None:
         return None
     i64, i32, u32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p
     lib.rq_absmax.argtypes = (ptr, i32, i64, ptr)
-    lib.rq_channel_stats.argtypes = (ptr, i32, i64, i64, i64, ptr, ptr, ptr)
+    lib.rq_channel_stats.argtypes = (ptr, i32, i64, i64, i64, ptr, ptr, ptr, ptr)
     lib.rq_quantize.argtypes = (ptr, i32, ptr, i32, ptr, ptr, ptr, i32, i32, i32, u32, u32, ptr, ptr)
     for fn in (lib.rq_absmax, lib.rq_channel_stats, lib.rq_quantize):
         fn.restype = i32
@@ -111,7 +111,7 @@ def library() -> ctypes.CDLL | None:
     # (x or g, y or x, the output, rows, C) ... (lo, hi, then six per-channel arrays)
     tensors, bounds_and_channels = (ptr, ptr, ptr, i64, i64), (f32, f32) + (ptr,) * 6
     lib.rq_norm_forward.argtypes = (*tensors, ptr, ptr, f64, *bounds_and_channels)
-    lib.rq_norm_backward.argtypes = (*tensors, ptr, ptr, ptr, *bounds_and_channels, ptr)
+    lib.rq_norm_backward.argtypes = (*tensors, ptr, ptr, ptr, *bounds_and_channels, ptr, ptr)
     for fn in (lib.rq_norm_forward, lib.rq_norm_backward):
         fn.restype = i32
     return lib

@@ -22,6 +22,7 @@
 #include <omp.h>
 
 #include "codes.h"
+#include "moments.h"
 
 namespace rq {
 
@@ -266,12 +267,12 @@ static int norm_forward(const float* x, float* y, int8_t* q, int64_t rows, int64
     return 0;
 }
 
-// The backward pass: the sums, the weight's and bias's gradients, then gx with its per-channel max and sums
-// (gx = invstd w (g' - sum(g') / n - (x - mean) invstd^2 sum(g' (x - mean)) / n)). Returns 1 where gx has a
+// The backward pass: the sums, the weight's and bias's gradients, then gx with its per-channel max, sums and
+// standard deviation (gx = invstd w (g' - sum(g') / n - (x - mean) invstd^2 sum(g' (x - mean)) / n)). Returns 1 where gx has a
 // NaN or an Inf.
 static int norm_backward(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* weight,
                          const float* a, const float* b, float lo, float hi, const float* mean, const double* invstd,
-                         float* gw, float* gb, float* gmax, double* m1, double* m2) {
+                         float* gw, float* gb, float* gmax, double* m1, double* m2, float* sd) {
     std::vector<double> sg(C), sgx(C);
     norm_grad_sums(g, x, rows, C, a, b, lo, hi, mean, sg.data(), sgx.data());
     std::vector<float> c1(C), c2(C), c3(C);
@@ -283,7 +284,9 @@ static int norm_backward(const float* g, const float* x, float* gx, int64_t rows
         gw[c] = (float)(sgx[c] * invstd[c]);
         gb[c] = (float)sg[c];
     }
-    return norm_grad_apply(g, x, gx, rows, C, a, b, lo, hi, mean, c1.data(), c2.data(), c3.data(), gmax, m1, m2);
+    const int bad = norm_grad_apply(g, x, gx, rows, C, a, b, lo, hi, mean, c1.data(), c2.data(), c3.data(), gmax, m1, m2);
+    population_std(m1, m2, C, rows, sd);
+    return bad;
 }
 
 }  // namespace rq
@@ -300,8 +303,8 @@ int rq_norm_forward(const float* x, float* y, int8_t* q, int64_t rows, int64_t C
 
 int rq_norm_backward(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* weight,
                      const float* a, const float* b, float lo, float hi, const float* mean, const double* invstd,
-                     float* gw, float* gb, float* gmax, double* m1, double* m2) {
-    return norm_backward(g, x, gx, rows, C, weight, a, b, lo, hi, mean, invstd, gw, gb, gmax, m1, m2);
+                     float* gw, float* gb, float* gmax, double* m1, double* m2, float* sd) {
+    return norm_backward(g, x, gx, rows, C, weight, a, b, lo, hi, mean, invstd, gw, gb, gmax, m1, m2, sd);
 }
 
 }  // extern "C"

@@ -18,6 +18,7 @@
 #include <omp.h>
 
 #include "codes.h"
+#include "moments.h"
 #include "philox.h"
 
 namespace rq {
@@ -179,7 +180,7 @@ static int run_stats(const void* x, int64_t i0, int64_t i1, float& mx, double& a
 // Per-channel max|x|, and (moments != nullptr) sum and sum of squares, over memory (outer, C, inner).
 template <int DT>
 static int channel_stats_impl(const void* x, int64_t outer, int64_t C, int64_t inner, float* amax, double* sum,
-                              double* sumsq) {
+                              double* sumsq, float* sd) {
     const int nt = omp_get_max_threads();
     std::vector<float> tmax((size_t)nt * C, 0.0f);
     std::vector<double> tsum(sum ? (size_t)nt * C : 0, 0.0), tsq(sum ? (size_t)nt * C : 0, 0.0);
@@ -277,6 +278,7 @@ static int channel_stats_impl(const void* x, int64_t outer, int64_t C, int64_t i
             sumsq[c] = a2;
         }
     }
+    if (sum && sd) population_std(sum, sumsq, C, outer * inner, sd);
     return bad;
 }
 
@@ -1110,9 +1112,10 @@ extern "C" {
 
 int rq_absmax(const void* x, int dt, int64_t n, float* out) { RQ_DISPATCH(dt, absmax_impl, x, n, out) }
 
+// sum, sumsq and sd (the population standard deviation) may be null: the maxima alone
 int rq_channel_stats(const void* x, int dt, int64_t outer, int64_t C, int64_t inner, float* amax, double* sum,
-                     double* sumsq) {
-    RQ_DISPATCH(dt, channel_stats_impl, x, outer, C, inner, amax, sum, sumsq)
+                     double* sumsq, float* sd) {
+    RQ_DISPATCH(dt, channel_stats_impl, x, outer, C, inner, amax, sum, sumsq, sd)
 }
 
 void rq_dequantize(const int32_t* acc, void* out, int out_bf16, int64_t outer, int64_t C, int64_t inner,
