@@ -548,6 +548,7 @@ static int quantize_stochastic_inner(const void* x, int8_t* q, const Plan& p, in
 #endif
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const int64_t Rm = R[m];
+    const bool rows_below_2_32 = (uint64_t)(outer * M) <= (1ull << 32);  // every row r < 2^32
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (outer * L * M >= PARALLEL_MIN)
     for (int64_t t = 0; t < outer * J4; ++t) {
@@ -578,7 +579,10 @@ static int quantize_stochastic_inner(const void* x, int8_t* q, const Plan& p, in
                 const bool two = m0 + 8 < c1;
                 if (two) {
                     row_counters(m0 + 8, lane, Rm, rbase, b0, b1);
-                    philox8x2(a0, a1, a2, a3, b0, b1, b2, b3, keys);
+                    if (rows_below_2_32)  // the counters' high row words are 0: only their first words differ
+                        philox8x2_shared(a0, a1, a2, a3, b0, b1, b2, b3, (uint32_t)j4, p.k0, p.k1, keys);
+                    else
+                        philox8x2(a0, a1, a2, a3, b0, b1, b2, b3, keys);
                 } else {
                     philox8(a0, a1, a2, a3, keys);
                 }
