@@ -84,7 +84,7 @@ static inline __m256 load8(const void* p, int64_t i) {
     }
 }
 
-// floor(clamp(x inv) + u): in [-127, 128], as 127 + u rounds up to 128 for u within 2^-17 of 1. Without
+// floor(clamp(x inv) + u): in [-127, 128], as 127 + u rounds up to 128 for u >= 1 - 2^-18. Without
 // code_stochastic's last clamp: store8 and store32 saturate to int8, which takes 128 to the clamp's 127.
 static inline __m256 codes_stochastic8(__m256 x, __m256 inv, __m256 u) {
     return _mm256_floor_ps(_mm256_add_ps(clamp8(_mm256_mul_ps(x, inv)), u));
@@ -452,7 +452,7 @@ static inline __m512 clamp16(__m512 v) {
     return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-QMAXF)), _mm512_set1_ps(QMAXF));
 }
 
-// floor(v + u) exactly as codes_stochastic8 (the same float operations, lane by lane)
+// floor(v + u) as codes_stochastic8 (the same float operations, lane by lane), clamped (store16 would saturate too)
 static inline __m512 codes_stochastic16(__m512 x, __m512 inv, __m512 u) {
     return clamp16(_mm512_roundscale_ps(_mm512_add_ps(clamp16(_mm512_mul_ps(x, inv)), u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
 }
