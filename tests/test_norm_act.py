@@ -41,9 +41,13 @@ def _torch_norm_act(x, w, b, act):
 def test_forward_and_backward_match_torch(act, affine):
     x = _input()
     c = x.shape[1]
-    w = torch.randn(c) if affine else None
-    b = torch.randn(c) if affine else None
+    # seeded: the float32 error in the channel of mean 1000 scales with its |w|, set to 1 there (the global
+    # generator, in a random test order, once drew a w over the tolerance)
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(c, generator=gen) if affine else None
+    b = torch.randn(c, generator=gen) if affine else None
     if affine:
+        w[0] = 1.0
         w[1] = -w[1].abs()  # a negative scale: y falls as x rises
     y, var, saved = cpu.norm_act_forward(x, w, b, 1e-5, *BOUNDS[act])
     # against float64 (torch's float32 BatchNorm is off by 5e-5 in the channel of mean 1000, as ours)
