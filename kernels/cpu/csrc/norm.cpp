@@ -268,8 +268,8 @@ static int norm_forward(const float* x, float* y, int8_t* q, int64_t rows, int64
 }
 
 // The backward pass: the sums, the weight's and bias's gradients, then gx with its per-channel max, sums and
-// standard deviation (gx = invstd w (g' - sum(g') / n - (x - mean) invstd^2 sum(g' (x - mean)) / n)). Returns 1 where gx has a
-// NaN or an Inf.
+// standard deviation (gx = invstd w (g' - sum(g') / n - (x - mean) invstd^2 sum(g' (x - mean)) / n)).
+// Returns 1 where gx has a NaN or an Inf.
 static int norm_backward(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* weight,
                          const float* a, const float* b, float lo, float hi, const float* mean, const double* invstd,
                          float* gw, float* gb, float* gmax, double* m1, double* m2, float* sd) {
@@ -284,7 +284,8 @@ static int norm_backward(const float* g, const float* x, float* gx, int64_t rows
         gw[c] = (float)(sgx[c] * invstd[c]);
         gb[c] = (float)sg[c];
     }
-    const int bad = norm_grad_apply(g, x, gx, rows, C, a, b, lo, hi, mean, c1.data(), c2.data(), c3.data(), gmax, m1, m2);
+    const int bad =
+        norm_grad_apply(g, x, gx, rows, C, a, b, lo, hi, mean, c1.data(), c2.data(), c3.data(), gmax, m1, m2);
     population_std(m1, m2, C, rows, sd);
     return bad;
 }
