@@ -23,7 +23,7 @@ from .products import (
     linear_input_grad,
     linear_weight_grad,
 )
-from .quantizer import absmax, absmax_quantize, channel_stats, dequantize, quantize
+from .quantizer import absmax, absmax_quantize, channel_stats, daiq_grad_codes, dequantize, quantize
 from .routes import clear_route_caches, conv_route, torch_int8_fast
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "conv_input_grad",
     "conv_route",
     "conv_weight_grad",
+    "daiq_grad_codes",
     "dequantize",
     "epilogue_in_products",
     "linear_forward",

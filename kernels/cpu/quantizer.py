@@ -192,6 +192,43 @@ def _native_quantize(lib, x, xd, dt, s, axis, rounding, generator, above, count_
     return q if above is None else (q, counts)
 
 
+def daiq_grad_codes(g, axis, gmax, sigma, prev, k, A, lam, generator=None):
+    """DAIQ's backward quantization of G in one native call (the rule: repro.methods.daiq, Algorithm 1):
+    the GX codes per tensor with s = max(gmax) and the counts of |g| > sigma[c] per slice along `axis`
+    (None: the whole tensor), MCS's clip values s[c] from the fractions above sigma, and the GW codes with
+    s per slice. The same streams, in the same order, and the same float32 arithmetic as the method's
+    quantize calls and torch ops, so the same codes and scales bit for bit; the method's own composition
+    cost about 0.2 ms of dispatch a layer (docs/measurements.md). Returns (gx, gx_scale, gw, s, gaussian),
+    or None without the native library (the method composes quantize calls then)."""
+    lib = runtime.library()
+    if lib is None:
+        return None
+    ndim = g.dim()
+    axis = None if axis is None else axis % max(1, ndim)
+    xd, dt = _operand(g)
+    channels = 1 if axis is None else xd.shape[axis]
+    gm, sd = _scale_vector(gmax), _scale_vector(sigma)
+    pv = None if prev is None else _scale_vector(prev)
+    if not gm.numel() == sd.numel() == channels or (pv is not None and pv.numel() != channels):
+        raise ValueError(f"daiq_grad_codes needs {channels} values per statistic")
+    gx, gw = torch.empty_like(xd, dtype=torch.int8), torch.empty_like(xd, dtype=torch.int8)
+    gx_scale = torch.empty((), dtype=torch.float32)
+    s, gaussian = torch.empty(channels, dtype=torch.float32), torch.empty(channels, dtype=torch.bool)
+    (kx0, kx1), (kw0, kw1) = next_key(generator), next_key(generator)  # GX's stream, then GW's, as before
+    bad = lib.rq_daiq_codes(
+        pointer(xd), dt, pointer(gx), pointer(gw), ndim, int64_array(xd.shape), int64_array(xd.stride()),
+        -1 if axis is None else axis, pointer(gm), pointer(sd), pointer(pv), 1.0 - k * A, A, lam,
+        kx0, kx1, kw0, kw1, pointer(gx_scale), pointer(s), pointer(gaussian),
+    )  # fmt: skip
+    if bad == 1:
+        _raise("the quantizer's input", g)
+    if bad:
+        raise NonFiniteError("non-finite values in the quantizer's scale")
+    if axis is None:
+        s, gaussian = s.reshape(()), gaussian.reshape(())
+    return gx, gx_scale, gw, s, gaussian
+
+
 def absmax_quantize(x, axis=None, rounding="nearest", generator=None):
     """(codes, s) with s = max|x| per tensor or per slice along `axis`."""
     facts = known.recall(x)

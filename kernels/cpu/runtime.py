@@ -91,7 +91,10 @@ def library() -> ctypes.CDLL | None:
     lib.rq_absmax.argtypes = (ptr, i32, i64, ptr)
     lib.rq_channel_stats.argtypes = (ptr, i32, i64, i64, i64, ptr, ptr, ptr, ptr)
     lib.rq_quantize.argtypes = (ptr, i32, ptr, i32, ptr, ptr, ptr, i32, i32, i32, u32, u32, ptr, ptr)
-    for fn in (lib.rq_absmax, lib.rq_channel_stats, lib.rq_quantize):
+    f32 = ctypes.c_float
+    lib.rq_daiq_codes.argtypes = (ptr, i32, ptr, ptr, i32, ptr, ptr, i32, ptr, ptr, ptr, f32, f32, f32,
+                                  u32, u32, u32, u32, ptr, ptr, ptr)  # fmt: skip
+    for fn in (lib.rq_absmax, lib.rq_channel_stats, lib.rq_quantize, lib.rq_daiq_codes):
         fn.restype = i32
     lib.rq_dequantize.argtypes = (ptr, ptr, i32, i64, i64, i64, ptr, i32)
     lib.rq_dequantize.restype = None
@@ -107,7 +110,7 @@ def library() -> ctypes.CDLL | None:
     lib.rq_dw_weight_grad.restype = i32
     lib.rq_round_float_format.argtypes = (ptr, ptr, i64, i32, i32, ctypes.c_float, ptr, ptr)
     lib.rq_round_float_format.restype = i64
-    f32, f64 = ctypes.c_float, ctypes.c_double
+    f64 = ctypes.c_double
     # (x or g, y or x, the output, rows, C) ... (lo, hi, then six per-channel arrays)
     tensors, bounds_and_channels = (ptr, ptr, ptr, i64, i64), (f32, f32) + (ptr,) * 6
     lib.rq_norm_forward.argtypes = (*tensors, ptr, ptr, f64, *bounds_and_channels)

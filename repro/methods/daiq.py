@@ -59,12 +59,20 @@ class DaiqQuantizer(LayerQuantizer):
         backend = kernels.get_backend(g.device)
         axis = channel_axis if self.per_channel else None
         gmax, sigma = backend.channel_stats(g, axis)
+        o = self.opts
+        fused = getattr(backend, "daiq_grad_codes", None) if self.clipping else None
+        if fused is not None:  # the passes and the rule below in one native call (kernels.cpu)
+            prev = None if self.scale is None else self.scale.to(gmax.device)
+            codes = fused(g, axis, gmax, sigma, prev, o["k"], o["A"], o["lam"])
+            if codes is not None:
+                gx, gx_scale, gw, s, gaussian = codes
+                self._keep(s, gaussian)
+                return GradCodes(gx, gx_scale, gw, s)
         gx_scale = gmax.max()  # max|G|, the maximum of the channels' maxima
         if self.clipping:
             gx, counts = backend.quantize(g, gx_scale, None, "stochastic", above=(axis, sigma))
             above = _fraction(counts, g, axis).to(gmax.device)
             prev = None if self.scale is None else self.scale.to(gmax.device)
-            o = self.opts
             s = mcs_update(gmax, above, prev, o["k"], o["A"], o["lam"])
             self._keep(s.detach(), (above > o["lam"]).detach())
         else:

@@ -1105,6 +1105,40 @@ static void dequantize_impl(const int32_t* acc, void* out, int out_bf16, int64_t
 
 using namespace rq;
 
+// rq_quantize's plan of a tensor of `ndim` dimensions (0: one element); n gets its element count
+static Plan make_plan(int ndim, const int64_t* size, const int64_t* stride, int axis, int per_channel, int64_t& n) {
+    Plan p{};
+    p.ndim = ndim > 0 ? ndim : 1;
+    n = 1;
+    for (int d = 0; d < p.ndim; ++d) {
+        p.size[d] = ndim > 0 ? size[d] : 1;
+        p.stride[d] = ndim > 0 ? stride[d] : 1;
+        n *= p.size[d];
+    }
+    p.axis = axis;
+    p.per_channel = per_channel;
+    p.C = axis >= 0 ? p.size[axis] : 1;
+    return p;
+}
+
+static int quantize_dt(const void* x, int dt, int8_t* q, const Plan& p, int stochastic, int64_t n) {
+    switch (dt) {
+        case F32: return quantize_impl<F32>(x, q, p, stochastic, n);
+        case BF16: return quantize_impl<BF16>(x, q, p, stochastic, n);
+        default: return quantize_impl<F16>(x, q, p, stochastic, n);
+    }
+}
+
+// the per-thread counts of a pass (thread t's at t * C), summed per channel
+static void sum_counts(const std::vector<uint32_t>& counts, int64_t C, int64_t* out) {
+    const int nt = omp_get_max_threads();
+    for (int64_t c = 0; c < C; ++c) {
+        int64_t s = 0;
+        for (int t = 0; t < nt; ++t) s += counts[(size_t)t * C + c];
+        out[c] = s;
+    }
+}
+
 #define RQ_DISPATCH(dt, fn, ...)                                  \
     switch (dt) {                                                 \
         case F32: return fn<F32>(__VA_ARGS__);                    \
@@ -1132,18 +1166,9 @@ void rq_dequantize(const int32_t* acc, void* out, int out_bf16, int64_t outer, i
 int rq_quantize(const void* x, int dt, int8_t* q, int ndim, const int64_t* size, const int64_t* stride,
                 const float* scale, int axis, int per_channel, int stochastic, uint32_t k0, uint32_t k1,
                 const float* thresh, int64_t* count) {
-    Plan p{};
-    p.ndim = ndim > 0 ? ndim : 1;
-    int64_t n = 1;
-    for (int d = 0; d < p.ndim; ++d) {
-        p.size[d] = ndim > 0 ? size[d] : 1;
-        p.stride[d] = ndim > 0 ? stride[d] : 1;
-        n *= p.size[d];
-    }
+    int64_t n;
+    Plan p = make_plan(ndim, size, stride, axis, per_channel, n);
     if (n == 0) return 0;
-    p.axis = axis;
-    p.per_channel = per_channel;
-    p.C = axis >= 0 ? p.size[axis] : 1;
     std::vector<float> inv(per_channel ? p.C : 1);
     for (size_t c = 0; c < inv.size(); ++c) inv[c] = inv_scale(scale[c]);
     p.inv = inv.data();
@@ -1152,21 +1177,67 @@ int rq_quantize(const void* x, int dt, int8_t* q, int ndim, const int64_t* size,
     p.count = thresh ? counts.data() : nullptr;
     p.k0 = k0;
     p.k1 = k1;
-    int bad;
-    switch (dt) {
-        case F32: bad = quantize_impl<F32>(x, q, p, stochastic, n); break;
-        case BF16: bad = quantize_impl<BF16>(x, q, p, stochastic, n); break;
-        default: bad = quantize_impl<F16>(x, q, p, stochastic, n);
-    }
-    if (thresh) {
-        const int nt = omp_get_max_threads();
-        for (int64_t c = 0; c < p.C; ++c) {
-            int64_t s = 0;
-            for (int t = 0; t < nt; ++t) s += counts[(size_t)t * p.C + c];
-            count[c] = s;
-        }
-    }
+    const int bad = quantize_dt(x, dt, q, p, stochastic, n);
+    if (thresh) sum_counts(counts, p.C, count);
     return bad;
+}
+
+// DAIQ's backward quantization of G in one call (repro/methods/daiq.py states the rule, Algorithm 1): the GX
+// codes per tensor with s = max_c gmax[c] (stream kx) and the counts of |g| > sigma[c]; then each channel's
+// clip value s[c] by MCS from the fraction above sigma (gaussian[c] = fraction > lam: s[c] = gmax[c]; else
+// keep * prev[c] + A * gmax[c], gmax[c] where that is not positive; gmax itself where prev is null, the first
+// iteration); then the GW codes with s per channel along `axis` (stream kw). axis < 0: the whole tensor is one
+// channel (DAIQ's MCS ablation). float32 arithmetic in the order of the torch ops of repro.methods.daiq
+// (keep = 1 - kA and A rounded to float32, as torch rounds a Python scalar), so every code and scale is
+// theirs bit for bit. Returns 1 for a non-finite G, 2 for a non-finite scale.
+int rq_daiq_codes(const void* x, int dt, int8_t* gx, int8_t* gw, int ndim, const int64_t* size,
+                  const int64_t* stride, int axis, const float* gmax, const float* sigma, const float* prev,
+                  float keep, float A, float lam, uint32_t kx0, uint32_t kx1, uint32_t kw0, uint32_t kw1,
+                  float* gx_scale, float* s, uint8_t* gaussian) {
+    int64_t n;
+    Plan p = make_plan(ndim, size, stride, axis, 0, n);
+    const int64_t C = p.C;
+    float smax = 0.0f;
+    bool finite = true;
+    for (int64_t c = 0; c < C; ++c) {
+        finite &= std::isfinite(gmax[c]);
+        smax = std::max(smax, gmax[c]);
+    }
+    *gx_scale = smax;
+    if (!finite) return 2;
+    std::vector<uint32_t> counts((size_t)omp_get_max_threads() * C, 0u);
+    std::vector<int64_t> total(C, 0);
+    const float inv_x = inv_scale(smax);
+    p.inv = &inv_x;
+    p.thresh = sigma;
+    p.count = counts.data();
+    p.k0 = kx0;
+    p.k1 = kx1;
+    if (n > 0 && quantize_dt(x, dt, gx, p, 1, n)) return 1;
+    sum_counts(counts, C, total.data());
+    const int64_t per_channel = std::max<int64_t>(1, n / std::max<int64_t>(1, C));
+    for (int64_t c = 0; c < C; ++c) {
+        const float above = (float)((double)total[c] / (double)per_channel);
+        gaussian[c] = above > lam;
+        float v = gmax[c];
+        if (prev) {
+            const float inverted_t = keep * prev[c] + A * gmax[c];  // -ffp-contract=off: two roundings, as torch
+            v = gaussian[c] ? gmax[c] : inverted_t;
+            if (!(v > 0.0f)) v = gmax[c];
+        }
+        s[c] = v;
+        finite &= std::isfinite(v);
+    }
+    if (!finite) return 2;
+    std::vector<float> inv_w(C);
+    for (int64_t c = 0; c < C; ++c) inv_w[c] = inv_scale(s[c]);
+    p.per_channel = axis >= 0;
+    p.inv = inv_w.data();
+    p.thresh = nullptr;
+    p.count = nullptr;
+    p.k0 = kw0;
+    p.k1 = kw1;
+    return n > 0 && quantize_dt(x, dt, gw, p, 1, n) ? 1 : 0;
 }
 
 }  // extern "C"
