@@ -69,6 +69,23 @@ def test_forward_and_backward_match_torch(act, affine):
         torch.testing.assert_close(gb.double(), grads[2], rtol=1e-5, atol=1e-4)
 
 
+def test_outputs_larger_than_the_caches_are_written_whole():
+    """y and gx of 4 MB and more go out by non-temporal stores (csrc/norm.cpp): every value still lands,
+    y bit for bit clamp(x a + b) from the kept coefficients, gx as float64's."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(66, 16, 32, 32, generator=gen).contiguous(memory_format=torch.channels_last)
+    w, b = torch.rand(16, generator=gen) + 0.5, torch.randn(16, generator=gen)
+    y, _, saved = cpu.norm_act_forward(x, w, b, 1e-5, 0.0, 6.0)
+    per_channel = (1, -1, 1, 1)
+    assert torch.equal(y, (x * saved.a.reshape(per_channel) + saved.b.reshape(per_channel)).clamp(0.0, 6.0))
+    g = torch.randn(x.shape, generator=gen).contiguous(memory_format=torch.channels_last)
+    gx, _, _ = cpu.norm_act_backward(g, x, w, saved)
+    xr = x.double().requires_grad_()
+    ref = _torch_norm_act(xr, w.double(), b.double(), "relu6")
+    (want,) = torch.autograd.grad(ref, [xr], g.double())
+    torch.testing.assert_close(gx.double(), want, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("act", list(BOUNDS))
 def test_forward_codes_and_scale_are_the_quantizers(act):
     """The codes written with y, and s = max|y| found before y existed, bit for bit what the quantizer
