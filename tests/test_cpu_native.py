@@ -422,7 +422,14 @@ def _cl(t: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     "n,cin,cout,spatial",
-    [(2, 3, 5, (7, 8)), (1, 17, 40, (1, 1)), (3, 40, 9, (5,)), (2, 1, 16, (3, 1, 2)), (64, 24, 6, (1, 1))],
+    [
+        (2, 3, 5, (7, 8)),
+        (1, 17, 40, (1, 1)),
+        (3, 40, 9, (5,)),
+        (2, 1, 16, (3, 1, 2)),
+        (64, 24, 6, (1, 1)),
+        (16, 64, 64, (32, 32)),  # scaled outputs of 4 MB: the GEMM's non-temporal stores (csrc/gemm.cpp)
+    ],
     ids=str,
 )
 def test_native_pointwise_products_are_exact(monkeypatch, n, cin, cout, spatial):

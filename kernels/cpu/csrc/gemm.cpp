@@ -39,6 +39,7 @@ constexpr int NR = 16;          // columns of B in the register tile (two vector
 constexpr int64_t KC = RQ_KC;   // most K per block (even); a reduction is cut into equal blocks
 constexpr int64_t MC = 96;      // rows of A per block (multiple of MR)
 constexpr int64_t NC = 1024;    // columns of B per block (multiple of NR)
+constexpr int64_t STREAM_BYTES = 4 << 20;  // a scaled C of this many bytes and more: non-temporal stores
 constexpr int64_t PAD = 8;      // int32 slack after a packed block: the 6-wide fast packs store 8 at a time
 
 // An operand's element (i, k) lies at p + off(i) + off(k), i its panel index (m of A, n of B). An axis is
@@ -208,7 +209,7 @@ static void pack_block(const Operand& x, int64_t i0, int64_t n, int64_t k0, int6
 template <int NV>
 __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a, const int32_t* b, int32_t* c,
                                                    int64_t ldc, int rows, int cols, bool accumulate,
-                                                   const float* scale) {
+                                                   const float* scale, bool stream) {
 #ifdef __AVX2__
     // 6 x 2 accumulators, named (gcc keeps an array of them in memory): 6 broadcasts and 2 loads feed 12
     // multiply-adds, where the former 8 x 8 tile needed 8 broadcasts for 8 (alone, in L1: 61-77 against 50-68
@@ -241,9 +242,11 @@ __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a,
             for (int v = 0; v < NV; ++v) {
                 __m256i* d = reinterpret_cast<__m256i*>(c + r * ldc + 8 * v);
                 const __m256i s = accumulate ? _mm256_add_epi32(_mm256_loadu_si256(d), acc[r][v]) : acc[r][v];
-                if (scale)
-                    _mm256_storeu_ps(reinterpret_cast<float*>(d), _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(*scale)));
-                else
+                if (scale) {
+                    const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(*scale));
+                    if (stream) _mm256_stream_ps(reinterpret_cast<float*>(d), v);
+                    else _mm256_storeu_ps(reinterpret_cast<float*>(d), v);
+                } else
                     _mm256_storeu_si256(d, s);
             }
         return;
@@ -276,7 +279,7 @@ __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a,
 // (scale: the epilogue applied with the last K block, k1)
 static void gemm_part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, int64_t k1, const Operand& a,
                       const Operand& b, int32_t* c, int64_t ldc, bool accumulate, std::vector<int32_t>& apack,
-                      std::vector<int32_t>& bpack, const float* scale) {
+                      std::vector<int32_t>& bpack, const float* scale, bool stream = false) {
     // equal K blocks (576 = 288 + 288, not 512 + 64: a short block costs a C tile's reload for little work)
     // (multiples of 16 where a table's runs are: the packing's 16-k loads then never straddle two runs)
     const int64_t align = a.k.t || b.k.t ? 16 : 2, nblocks = (k1 - k0 + KC - 1) / KC;
@@ -297,7 +300,7 @@ static void gemm_part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0
                     for (int64_t ir = 0; ir < mc; ir += MR)
                         kernel(kp, apack.data() + (ir / MR) * kp * MR, bpack.data() + (jr / NR) * kp * NR,
                                c + (ic + ir) * ldc + jc + jr, ldc, (int)std::min<int64_t>(MR, mc - ir), cols, acc,
-                               last);
+                               last, stream);
                 }
             }
         }
@@ -325,16 +328,23 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
         const bool by_cols = N > M && N >= 2 * NR * nt;
         const int64_t span = by_cols ? N : M, unit = by_cols ? NR : MR;
         const int64_t step = ((span + nt - 1) / nt + unit - 1) / unit * unit;
+        // a scaled C (the final values) larger than the caches: its full tiles by non-temporal stores (no read
+        // of the lines they overwrite), 32-byte aligned where C and its row length are
+        const bool stream = scale && (double)M * N * 4 >= (double)STREAM_BYTES && ldc % 8 == 0 &&
+                            reinterpret_cast<uintptr_t>(c) % 32 == 0;
 #pragma omp parallel num_threads(nt)
         {
             std::vector<int32_t> ap(a_size), bp(b_size);
             const int64_t t = omp_get_thread_num(), lo = std::min(span, t * step), hi = std::min(span, lo + step);
             if (lo < hi) {
                 if (by_cols)
-                    gemm_part(0, M, lo, hi, 0, K, a, b, c, ldc, false, ap, bp, scale);
+                    gemm_part(0, M, lo, hi, 0, K, a, b, c, ldc, false, ap, bp, scale, stream);
                 else
-                    gemm_part(lo, hi, 0, N, 0, K, a, b, c, ldc, false, ap, bp, scale);
+                    gemm_part(lo, hi, 0, N, 0, K, a, b, c, ldc, false, ap, bp, scale, stream);
             }
+#ifdef __AVX2__
+            if (stream) _mm_sfence();  // the non-temporal stores, seen by every thread after the region
+#endif
         }
         return;
     }
