@@ -428,7 +428,7 @@ def _cl(t: torch.Tensor) -> torch.Tensor:
         (3, 40, 9, (5,)),
         (2, 1, 16, (3, 1, 2)),
         (64, 24, 6, (1, 1)),
-        (16, 64, 64, (32, 32)),  # scaled outputs of 4 MB: the GEMM's non-temporal stores (csrc/gemm.cpp)
+        (32, 64, 64, (32, 32)),  # scaled outputs of 8 MB: the GEMM's non-temporal stores (csrc/gemm.cpp)
     ],
     ids=str,
 )
