@@ -376,6 +376,36 @@ def test_native_depthwise_is_exact(monkeypatch, c, k, s, p, d, hw):
         cpu.clear_route_caches()
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_native_depthwise_outputs_of_8_mb_are_the_epilogues(monkeypatch, stride):
+    """Scaled depthwise outputs of 8 MB and more go out by non-temporal stores (csrc/depthwise.cpp): bit for
+    bit the int32 product (plain stores) followed by the epilogue."""
+    monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+    cpu.clear_route_caches()
+    try:
+        gen = torch.Generator().manual_seed(stride)
+        shape = (32, 64, 32 * stride, 32 * stride)
+        x = torch.randint(-127, 128, shape, generator=gen, dtype=torch.int8).contiguous(
+            memory_format=torch.channels_last
+        )
+        w = torch.randint(-127, 128, (64, 1, 3, 3), generator=gen, dtype=torch.int8)
+        g = torch.randint(-127, 128, (32, 64, 32, 32), generator=gen, dtype=torch.int8)
+        g = g.contiguous(memory_format=torch.channels_last)
+        scale = torch.tensor(1.7e-5, dtype=torch.float32)
+        geometry = (stride, 1, 1, 64)
+        for got, acc in [
+            (cpu.conv_forward(x, w, *geometry, out_scale=scale), cpu.conv_forward(x, w, *geometry)),
+            (
+                cpu.conv_input_grad(g, w, x.shape, *geometry, out_scale=scale),
+                cpu.conv_input_grad(g, w, x.shape, *geometry),
+            ),
+        ]:
+            assert got.numel() * 4 >= 8 << 20
+            assert torch.equal(got.view(torch.int32), cpu.dequantize(acc, scale).view(torch.int32))
+    finally:
+        cpu.clear_route_caches()
+
+
 def test_depthwise_forward_takes_the_native_kernel_where_onednn_is_exact(monkeypatch):
     """On a VNNI or AMX CPU the other convolutions go to oneDNN; a depthwise forward pass goes to the native
     kernel as its gradients do (oneDNN's int8 depthwise took 1.4x the native one's time, docs/kernels.md)."""

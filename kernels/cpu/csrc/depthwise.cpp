@@ -23,6 +23,8 @@ namespace rq {
 
 constexpr int64_t DW_PARALLEL_MIN = 1 << 16;  // output elements below which one thread works
 constexpr int MAX_TAPS = 64;
+// a scaled output of this many bytes and more: non-temporal stores (gemm.cpp's threshold)
+constexpr int64_t STREAM_BYTES = 8 << 20;
 
 struct DwGeometry {
     int64_t N, C, H, W, OH, OW;  // input (H, W) and output (OH, OW) sizes
@@ -36,14 +38,21 @@ static inline __m256i load16(const int8_t* p) {
 
 // vpmaddwd on unpacklo/hi pairs leaves channels (0-3, 8-11) in lo and (4-7, 12-15) in hi: put them back.
 // scale (nullable): store (float)acc * scale instead, the dequantizing epilogue's arithmetic
-static inline void store16(int32_t* dst, __m256i lo, __m256i hi, bool accumulate, const float* scale = nullptr) {
+static inline void store16(int32_t* dst, __m256i lo, __m256i hi, bool accumulate, const float* scale = nullptr,
+                           bool stream = false) {
     const __m256i c0 = _mm256_permute2x128_si256(lo, hi, 0x20), c1 = _mm256_permute2x128_si256(lo, hi, 0x31);
     __m256i* d0 = reinterpret_cast<__m256i*>(dst);
     __m256i* d1 = reinterpret_cast<__m256i*>(dst + 8);
     if (scale) {
         const __m256 sv = _mm256_set1_ps(*scale);
-        _mm256_storeu_ps(reinterpret_cast<float*>(dst), _mm256_mul_ps(_mm256_cvtepi32_ps(c0), sv));
-        _mm256_storeu_ps(reinterpret_cast<float*>(dst + 8), _mm256_mul_ps(_mm256_cvtepi32_ps(c1), sv));
+        const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(c0), sv), v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(c1), sv);
+        if (stream) {
+            _mm256_stream_ps(reinterpret_cast<float*>(dst), v0);
+            _mm256_stream_ps(reinterpret_cast<float*>(dst + 8), v1);
+        } else {
+            _mm256_storeu_ps(reinterpret_cast<float*>(dst), v0);
+            _mm256_storeu_ps(reinterpret_cast<float*>(dst + 8), v1);
+        }
     } else if (accumulate) {
         _mm256_storeu_si256(d0, _mm256_add_epi32(_mm256_loadu_si256(d0), c0));
         _mm256_storeu_si256(d1, _mm256_add_epi32(_mm256_loadu_si256(d1), c1));
@@ -53,6 +62,19 @@ static inline void store16(int32_t* dst, __m256i lo, __m256i hi, bool accumulate
     }
 }
 #endif
+
+// whether a scaled output of `positions` x C floats at `out` goes out by non-temporal stores: large, and every
+// 16-channel block 32-byte aligned
+static bool streamed(const int32_t* out, int64_t positions, int64_t C, const float* scale) {
+    return scale && positions * C * 4 >= STREAM_BYTES && C % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 32 == 0;
+}
+
+// the non-temporal stores of this thread, seen by every thread after the parallel region
+static inline void fence(bool stream) {
+#ifdef __AVX2__
+    if (stream) _mm_sfence();
+#endif
+}
 
 // Weights as int16 pairs of taps (t, t + 1) per channel, in the lane order of unpacklo/hi for the
 // 16-channel blocks (wv) and plainly for the tail (wp).
@@ -79,7 +101,7 @@ struct DwWeights {
 
 // out[c] = sum over taps of src[t][c] * w[c, t] for all channels (as float times *scale, if scale)
 static void gather_madd(const int8_t* const* src, const DwWeights& w, const int8_t* wraw, int32_t* out,
-                        const float* scale) {
+                        const float* scale, bool stream) {
     int64_t c0 = 0;
 #ifdef __AVX2__
     for (; c0 < w.C16; c0 += 16) {
@@ -93,7 +115,7 @@ static void gather_madd(const int8_t* const* src, const DwWeights& w, const int8
             lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), w0));
             hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), w1));
         }
-        store16(out + c0, lo, hi, false, scale);
+        store16(out + c0, lo, hi, false, scale, stream);
     }
 #endif
     for (; c0 < w.C; ++c0) {
@@ -112,19 +134,25 @@ static void dw_forward(const int8_t* x, const int8_t* w, int32_t* y, const DwGeo
     const DwWeights wt(w, g.C, taps);
     const std::vector<int8_t> zeros(g.C, 0);
     const int64_t rows = g.N * g.OH;
-#pragma omp parallel for schedule(static) if (rows * g.OW * g.C >= DW_PARALLEL_MIN)
-    for (int64_t row = 0; row < rows; ++row) {
-        const int64_t n = row / g.OH, oh = row % g.OH;
-        const int8_t* src[MAX_TAPS];
-        for (int64_t ow = 0; ow < g.OW; ++ow) {
-            for (int kh = 0; kh < g.KH; ++kh)
-                for (int kw = 0; kw < g.KW; ++kw) {
-                    const int64_t ih = oh * g.sh - g.ph + (int64_t)kh * g.dh, iw = ow * g.sw - g.pw + (int64_t)kw * g.dw;
-                    const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
-                    src[kh * g.KW + kw] = in ? x + ((n * g.H + ih) * g.W + iw) * g.C : zeros.data();
-                }
-            gather_madd(src, wt, w, y + ((n * g.OH + oh) * g.OW + ow) * g.C, scale);
+    const bool stream = streamed(y, rows * g.OW, g.C, scale);
+#pragma omp parallel if (rows * g.OW * g.C >= DW_PARALLEL_MIN)
+    {
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < rows; ++row) {
+            const int64_t n = row / g.OH, oh = row % g.OH;
+            const int8_t* src[MAX_TAPS];
+            for (int64_t ow = 0; ow < g.OW; ++ow) {
+                for (int kh = 0; kh < g.KH; ++kh)
+                    for (int kw = 0; kw < g.KW; ++kw) {
+                        const int64_t ih = oh * g.sh - g.ph + (int64_t)kh * g.dh;
+                        const int64_t iw = ow * g.sw - g.pw + (int64_t)kw * g.dw;
+                        const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
+                        src[kh * g.KW + kw] = in ? x + ((n * g.H + ih) * g.W + iw) * g.C : zeros.data();
+                    }
+                gather_madd(src, wt, w, y + ((n * g.OH + oh) * g.OW + ow) * g.C, scale, stream);
+            }
         }
+        fence(stream);
     }
 }
 
@@ -162,22 +190,27 @@ static void dw_input_grad(const int8_t* gy, const int8_t* w, int32_t* dx, const 
         }
     const std::vector<int8_t> zeros(g.C, 0);
     const int64_t rows = g.N * g.H;
-#pragma omp parallel for schedule(static) if (rows * g.W * g.C >= DW_PARALLEL_MIN)
-    for (int64_t row = 0; row < rows; ++row) {
-        const int64_t n = row / g.H, ih = row % g.H;
-        const int8_t* src[MAX_TAPS];
-        for (int64_t iw = 0; iw < g.W; ++iw) {
-            const int ph = (int)(ih % g.sh) * g.sw + (int)(iw % g.sw);
-            const int64_t* off = poff[ph].data();
-            const int nt = (int)ptaps[ph].size();
-            for (int t = 0; t < nt; ++t) {
-                const int64_t th = ih + off[2 * t], tw = iw + off[2 * t + 1];  // = oh * sh, ow * sw (divisible)
-                const int64_t oh = g.sh == 1 ? th : th / g.sh, ow = g.sw == 1 ? tw : tw / g.sw;
-                const bool in = th >= 0 && tw >= 0 && oh < g.OH && ow < g.OW;
-                src[t] = in ? gy + ((n * g.OH + oh) * g.OW + ow) * g.C : zeros.data();
+    const bool stream = streamed(dx, rows * g.W, g.C, scale);
+#pragma omp parallel if (rows * g.W * g.C >= DW_PARALLEL_MIN)
+    {
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < rows; ++row) {
+            const int64_t n = row / g.H, ih = row % g.H;
+            const int8_t* src[MAX_TAPS];
+            for (int64_t iw = 0; iw < g.W; ++iw) {
+                const int ph = (int)(ih % g.sh) * g.sw + (int)(iw % g.sw);
+                const int64_t* off = poff[ph].data();
+                const int nt = (int)ptaps[ph].size();
+                for (int t = 0; t < nt; ++t) {
+                    const int64_t th = ih + off[2 * t], tw = iw + off[2 * t + 1];  // = oh * sh, ow * sw (divisible)
+                    const int64_t oh = g.sh == 1 ? th : th / g.sh, ow = g.sw == 1 ? tw : tw / g.sw;
+                    const bool in = th >= 0 && tw >= 0 && oh < g.OH && ow < g.OW;
+                    src[t] = in ? gy + ((n * g.OH + oh) * g.OW + ow) * g.C : zeros.data();
+                }
+                gather_madd(src, pwt[ph], pw[ph].data(), dx + ((n * g.H + ih) * g.W + iw) * g.C, scale, stream);
             }
-            gather_madd(src, pwt[ph], pw[ph].data(), dx + ((n * g.H + ih) * g.W + iw) * g.C, scale);
         }
+        fence(stream);
     }
 }
 
