@@ -69,11 +69,18 @@ static bool streamed(const int32_t* out, int64_t positions, int64_t C, const flo
     return scale && positions * C * 4 >= STREAM_BYTES && C % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 32 == 0;
 }
 
-// the non-temporal stores of this thread, seen by every thread after the parallel region
-static inline void fence(bool stream) {
+// body(row) for every row, shared out among the threads where `parallel`; with `stream`, each thread's
+// non-temporal stores fenced before the region ends, so that every thread sees them after it
+template <class Body>
+static void over_rows(int64_t rows, bool parallel, bool stream, Body body) {
+#pragma omp parallel if (parallel)
+    {
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < rows; ++row) body(row);
 #ifdef __AVX2__
-    if (stream) _mm_sfence();
+        if (stream) _mm_sfence();
 #endif
+    }
 }
 
 // Weights as int16 pairs of taps (t, t + 1) per channel, in the lane order of unpacklo/hi for the
@@ -135,25 +142,19 @@ static void dw_forward(const int8_t* x, const int8_t* w, int32_t* y, const DwGeo
     const std::vector<int8_t> zeros(g.C, 0);
     const int64_t rows = g.N * g.OH;
     const bool stream = streamed(y, rows * g.OW, g.C, scale);
-#pragma omp parallel if (rows * g.OW * g.C >= DW_PARALLEL_MIN)
-    {
-#pragma omp for schedule(static)
-        for (int64_t row = 0; row < rows; ++row) {
-            const int64_t n = row / g.OH, oh = row % g.OH;
-            const int8_t* src[MAX_TAPS];
-            for (int64_t ow = 0; ow < g.OW; ++ow) {
-                for (int kh = 0; kh < g.KH; ++kh)
-                    for (int kw = 0; kw < g.KW; ++kw) {
-                        const int64_t ih = oh * g.sh - g.ph + (int64_t)kh * g.dh;
-                        const int64_t iw = ow * g.sw - g.pw + (int64_t)kw * g.dw;
-                        const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
-                        src[kh * g.KW + kw] = in ? x + ((n * g.H + ih) * g.W + iw) * g.C : zeros.data();
-                    }
-                gather_madd(src, wt, w, y + ((n * g.OH + oh) * g.OW + ow) * g.C, scale, stream);
-            }
+    over_rows(rows, rows * g.OW * g.C >= DW_PARALLEL_MIN, stream, [&](int64_t row) {
+        const int64_t n = row / g.OH, oh = row % g.OH;
+        const int8_t* src[MAX_TAPS];
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+            for (int kh = 0; kh < g.KH; ++kh)
+                for (int kw = 0; kw < g.KW; ++kw) {
+                    const int64_t ih = oh * g.sh - g.ph + (int64_t)kh * g.dh, iw = ow * g.sw - g.pw + (int64_t)kw * g.dw;
+                    const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
+                    src[kh * g.KW + kw] = in ? x + ((n * g.H + ih) * g.W + iw) * g.C : zeros.data();
+                }
+            gather_madd(src, wt, w, y + ((n * g.OH + oh) * g.OW + ow) * g.C, scale, stream);
         }
-        fence(stream);
-    }
+    });
 }
 
 // dx[n, ih, iw, c] = sum over taps with ih = oh*sh - ph + kh*dh (and the same for w) of g[n, oh, ow, c] * w[c, kh, kw]
@@ -191,27 +192,22 @@ static void dw_input_grad(const int8_t* gy, const int8_t* w, int32_t* dx, const 
     const std::vector<int8_t> zeros(g.C, 0);
     const int64_t rows = g.N * g.H;
     const bool stream = streamed(dx, rows * g.W, g.C, scale);
-#pragma omp parallel if (rows * g.W * g.C >= DW_PARALLEL_MIN)
-    {
-#pragma omp for schedule(static)
-        for (int64_t row = 0; row < rows; ++row) {
-            const int64_t n = row / g.H, ih = row % g.H;
-            const int8_t* src[MAX_TAPS];
-            for (int64_t iw = 0; iw < g.W; ++iw) {
-                const int ph = (int)(ih % g.sh) * g.sw + (int)(iw % g.sw);
-                const int64_t* off = poff[ph].data();
-                const int nt = (int)ptaps[ph].size();
-                for (int t = 0; t < nt; ++t) {
-                    const int64_t th = ih + off[2 * t], tw = iw + off[2 * t + 1];  // = oh * sh, ow * sw (divisible)
-                    const int64_t oh = g.sh == 1 ? th : th / g.sh, ow = g.sw == 1 ? tw : tw / g.sw;
-                    const bool in = th >= 0 && tw >= 0 && oh < g.OH && ow < g.OW;
-                    src[t] = in ? gy + ((n * g.OH + oh) * g.OW + ow) * g.C : zeros.data();
-                }
-                gather_madd(src, pwt[ph], pw[ph].data(), dx + ((n * g.H + ih) * g.W + iw) * g.C, scale, stream);
+    over_rows(rows, rows * g.W * g.C >= DW_PARALLEL_MIN, stream, [&](int64_t row) {
+        const int64_t n = row / g.H, ih = row % g.H;
+        const int8_t* src[MAX_TAPS];
+        for (int64_t iw = 0; iw < g.W; ++iw) {
+            const int ph = (int)(ih % g.sh) * g.sw + (int)(iw % g.sw);
+            const int64_t* off = poff[ph].data();
+            const int nt = (int)ptaps[ph].size();
+            for (int t = 0; t < nt; ++t) {
+                const int64_t th = ih + off[2 * t], tw = iw + off[2 * t + 1];  // = oh * sh, ow * sw (divisible)
+                const int64_t oh = g.sh == 1 ? th : th / g.sh, ow = g.sw == 1 ? tw : tw / g.sw;
+                const bool in = th >= 0 && tw >= 0 && oh < g.OH && ow < g.OW;
+                src[t] = in ? gy + ((n * g.OH + oh) * g.OW + ow) * g.C : zeros.data();
             }
+            gather_madd(src, pwt[ph], pw[ph].data(), dx + ((n * g.H + ih) * g.W + iw) * g.C, scale, stream);
         }
-        fence(stream);
-    }
+    });
 }
 
 // dw[c, kh, kw] = sum over n, oh, ow of x[n, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw, c] * g[n, oh, ow, c]
