@@ -19,11 +19,12 @@ def mixed_gradient(seed: int, shape, channels_last: bool, dtype) -> torch.Tensor
     Inverted-T), with scales that change between iterations so the recurrence moves."""
     gen = torch.Generator().manual_seed(seed)
     g = torch.randn(shape, generator=gen)
-    laplace = torch.distributions.Laplace(0.0, 1.0).sample(shape)
-    heavy = (torch.arange(shape[1]) % 2).bool().reshape(1, -1, *[1] * (len(shape) - 2))
-    g = torch.where(heavy, laplace, g) * torch.rand(1, shape[1], *[1] * (len(shape) - 2), generator=gen).add(
-        0.5
-    )
+    # Laplacian from the same generator (torch.distributions draws from the global one): |e| signed at random
+    sign = torch.randint(0, 2, shape, generator=gen) * 2 - 1
+    laplace = torch.empty(shape).exponential_(generator=gen) * sign
+    per_channel = (1, shape[1], *[1] * (len(shape) - 2))
+    heavy = (torch.arange(shape[1]) % 2).bool().reshape(per_channel)
+    g = torch.where(heavy, laplace, g) * torch.rand(per_channel, generator=gen).add(0.5)
     g = g.to(dtype)
     return g.contiguous(memory_format=torch.channels_last) if channels_last else g
 

@@ -39,8 +39,8 @@ constexpr int NR = 16;          // columns of B in the register tile (two vector
 constexpr int64_t KC = RQ_KC;   // most K per block (even); a reduction is cut into equal blocks
 constexpr int64_t MC = 96;      // rows of A per block (multiple of MR)
 constexpr int64_t NC = 1024;    // columns of B per block (multiple of NR)
-// a scaled C of this many bytes and more: non-temporal stores (at 4.8 MB plain stores were faster, from 12.8
-// MB on non-temporal ones; Zen 3, docs/measurements.md)
+// a scaled C of this many bytes and more: non-temporal stores (Zen 3, docs/measurements.md: plain stores were
+// faster at 4.8 MB, non-temporal ones at 12.8 and 38 MB, the two even at 14 MB)
 constexpr int64_t STREAM_BYTES = 8 << 20;
 constexpr int64_t PAD = 8;      // int32 slack after a packed block: the 6-wide fast packs store 8 at a time
 
