@@ -35,19 +35,21 @@ def _fused_backend(x: torch.Tensor):
 
 class _NormActFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, module, bounds):
-        backend = kernels.get_backend(x.device)
-        y, var, saved = backend.norm_act_forward(x, weight, bias, module.eps, *bounds)
-        module.update_running_stats(saved.mean, var, x.numel() // x.shape[1])
+    def forward(ctx, x, weight, bias, module, backend):
+        running, momentum = module.running_stats_for_kernel()
+        lo, hi = module.act_bounds
+        y, var, saved = backend.norm_act_forward(x, weight, bias, module.eps, lo, hi, running, momentum)
+        if running is None:
+            module.update_running_stats(saved.mean, var, x.numel() // x.shape[1])
         ctx.save_for_backward(x, weight)
-        ctx.norm_saved = saved
+        ctx.norm_saved, ctx.backend = saved, backend
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, gy):
         x, weight = ctx.saved_tensors
-        gx, gw, gb = kernels.get_backend(gy.device).norm_act_backward(gy, x, weight, ctx.norm_saved)
+        gx, gw, gb = ctx.backend.norm_act_backward(gy, x, weight, ctx.norm_saved)
         needs = ctx.needs_input_grad
         return gx if needs[0] else None, gw if needs[1] else None, gb if needs[2] else None, None, None
 
@@ -63,7 +65,18 @@ class NormActMixin:
             return activate(super().forward(x), self.act_bounds)
         if self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
-        return _NormActFunction.apply(x, self.weight, self.bias, self, self.act_bounds)
+        return _NormActFunction.apply(x, self.weight, self.bias, self, backend)
+
+    def running_stats_for_kernel(self) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, float]:
+        """(running mean and variance, momentum) for the fused kernel to update as it finds the batch's
+        statistics, or (None, 0.0) where update_running_stats does it (buffers the kernel does not take)."""
+        rm, rv = self.running_mean, self.running_var
+        if not self.track_running_stats or rm is None or rv is None:
+            return None, 0.0
+        if any(t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu" for t in (rm, rv)):
+            return None, 0.0
+        factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        return (rm, rv), factor
 
     @torch.no_grad()
     def update_running_stats(self, mean: torch.Tensor, var: torch.Tensor, n: int) -> None:

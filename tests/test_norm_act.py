@@ -169,12 +169,20 @@ def test_quantize_model_fuses_sequential_norm_activations_and_keeps_state_dict()
     assert not any(isinstance(m, FusedBatchNorm2d) for m in model.modules())
 
 
-@pytest.mark.parametrize("channels_last", [True, False])
-def test_a_fused_module_trains_and_evaluates_as_torchs(channels_last):
+@pytest.mark.parametrize(
+    "channels_last, momentum, strided_stats",
+    [(True, 0.1, False), (False, 0.1, False), (True, None, False), (True, 0.3, True)],
+)
+def test_a_fused_module_trains_and_evaluates_as_torchs(channels_last, momentum, strided_stats):
     """Training (fused on channels-last input, torch's own path on NCHW) and evaluation: the values,
-    gradients and running statistics of BatchNorm2d + ReLU6."""
+    gradients and running statistics of BatchNorm2d + ReLU6. The fused kernel moves the running statistics
+    itself (momentum None: the cumulative average), or leaves them to update_running_stats where they are
+    not contiguous float32 vectors."""
     torch.manual_seed(0)
-    ref = nn.Sequential(nn.BatchNorm2d(12), nn.ReLU6())
+    ref = nn.Sequential(nn.BatchNorm2d(12, momentum=momentum), nn.ReLU6())
+    if strided_stats:
+        ref[0].running_mean = torch.zeros(24)[::2]
+        ref[0].running_var = torch.ones(24)[::2]
     fused = copy.deepcopy(ref)
     quantize_model(fused, "gq")
     assert isinstance(fused[0], FusedBatchNorm2d)
@@ -193,6 +201,7 @@ def test_a_fused_module_trains_and_evaluates_as_torchs(channels_last):
             outs.append((y.detach(), xi.grad))
         torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(outs[1][1], outs[0][1], rtol=1e-3, atol=1e-5)
+    assert (fused[0].running_stats_for_kernel()[0] is None) == strided_stats
     for name, buf in ref[0].named_buffers():
         torch.testing.assert_close(getattr(fused[0], name), buf, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fused[0].weight.grad, ref[0].weight.grad, rtol=1e-3, atol=1e-4)

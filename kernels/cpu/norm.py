@@ -28,17 +28,28 @@ def supported(x: torch.Tensor) -> bool:
         return False
     if x.numel() <= x.shape[1] or x.stride(1) != 1:
         return False
-    return _rows(x) is not None and runtime.library() is not None
+    return _dense_rows(x) and runtime.library() is not None
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor | None:
-    """x as a (rows, C) view whose rows are contiguous, or None where its memory is not laid out so."""
-    t = x.movedim(1, -1)
-    return t.view(-1, x.shape[1]) if t.is_contiguous() else None
+def _dense_rows(x: torch.Tensor) -> bool:
+    """Whether x's memory is its (rows, C) matrix with contiguous rows, where rows are N and the spatial
+    dimensions flattened: x.movedim(1, -1).is_contiguous(), read from the strides (no tensor ops: a
+    fused BatchNorm's fixed cost is tens of such dispatches, docs/measurements.md)."""
+    shape, stride = x.shape, x.stride()
+    expected = 1
+    for d in (1, *range(x.dim() - 1, 1, -1), 0):
+        if shape[d] != 1:
+            if stride[d] != expected:
+                return False
+            expected *= shape[d]
+    return True
 
 
 def _channel_vector(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.detach().to(torch.float32).contiguous()
+    """t as the contiguous float32 vector the native code reads (t itself where it is one)."""
+    if t is None or (t.dtype == torch.float32 and t.is_contiguous()):
+        return t
+    return t.detach().to(torch.float32).contiguous()
 
 
 @dataclass
@@ -54,19 +65,22 @@ class Saved:
     hi: float
 
 
-def forward(x, weight, bias, eps: float, lo: float, hi: float):
+def forward(x, weight, bias, eps: float, lo: float, hi: float, running=None, momentum: float = 0.0):
     """(y, biased variance per channel (float64), Saved). y is laid out as x; its codes and scale are kept
-    (kernels.cpu.known). Raises NonFiniteError on a NaN or an Inf in x or in y's scale."""
-    x = x.detach()
-    rows = _rows(x)
-    n, c = rows.shape
-    y, q = torch.empty_like(x), torch.empty_like(x, dtype=torch.int8)
+    (kernels.cpu.known). `running`: (running_mean, running_var), contiguous float32, moved towards the
+    batch's statistics with `momentum` as torch's BatchNorm moves them. Raises NonFiniteError on a NaN or
+    an Inf in x or in y's scale (the running statistics unchanged then)."""
+    c = x.shape[1]
+    n = x.numel() // c
+    y, q = torch.empty_like(x), torch.empty_like(x, dtype=torch.int8)  # x's strides: its (rows, C) layout
     mean, a, b, scale = torch.empty(c), torch.empty(c), torch.empty(c), torch.empty(())
     invstd, var = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
     w, bb = _channel_vector(weight), _channel_vector(bias)  # held while the native call reads them
+    rm, rv = running if running is not None else (None, None)
     bad = runtime.library().rq_norm_forward(
-        pointer(rows), pointer(_rows(y)), pointer(_rows(q)), n, c, pointer(w), pointer(bb), eps, lo, hi,
+        pointer(x), pointer(y), pointer(q), n, c, pointer(w), pointer(bb), eps, lo, hi,
         pointer(mean), pointer(invstd), pointer(var), pointer(a), pointer(b), pointer(scale),
+        pointer(rm), pointer(rv), momentum,
     )  # fmt: skip
     if bad:
         raise NonFiniteError(f"non-finite values in BatchNorm's input or output of shape {tuple(x.shape)}")
@@ -78,17 +92,16 @@ def backward(g: torch.Tensor, x: torch.Tensor, weight, saved: Saved):
     """(gx, grad of the weight, grad of the bias), float32; gx laid out as x, its per-channel max|gx|,
     moments and standard deviation kept (kernels.cpu.known) unless gx has a NaN or an Inf (the quantizer
     then raises on it)."""
-    x = x.detach()
-    rows = _rows(x)
-    n, c = rows.shape
-    g = g.detach()
+    c = x.shape[1]
+    n = x.numel() // c
     if g.dtype != torch.float32 or g.stride() != x.stride():
         g = torch.empty_like(x).copy_(g)  # x's layout (an upstream op may hand a gradient in another)
-    gx, gw, gb, gmax, sd = torch.empty_like(x), torch.empty(c), torch.empty(c), torch.empty(c), torch.empty(c)
+    gx, gw, gb = torch.empty_like(x), torch.empty(c), torch.empty(c)  # of their own: autograd keeps gw, gb
+    gmax, sd = torch.empty(c), torch.empty(c)
     m1, m2 = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
     s, w = saved, _channel_vector(weight)  # held while the native call reads it
     bad = runtime.library().rq_norm_backward(
-        pointer(_rows(g)), pointer(rows), pointer(_rows(gx)), n, c, pointer(w),
+        pointer(g), pointer(x), pointer(gx), n, c, pointer(w),
         pointer(s.a), pointer(s.b), s.lo, s.hi, pointer(s.mean), pointer(s.invstd),
         pointer(gw), pointer(gb), pointer(gmax), pointer(m1), pointer(m2), pointer(sd),
     )  # fmt: skip

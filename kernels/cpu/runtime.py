@@ -113,7 +113,7 @@ def library() -> ctypes.CDLL | None:
     f64 = ctypes.c_double
     # (x or g, y or x, the output, rows, C) ... (lo, hi, then six per-channel arrays)
     tensors, bounds_and_channels = (ptr, ptr, ptr, i64, i64), (f32, f32) + (ptr,) * 6
-    lib.rq_norm_forward.argtypes = (*tensors, ptr, ptr, f64, *bounds_and_channels)
+    lib.rq_norm_forward.argtypes = (*tensors, ptr, ptr, f64, *bounds_and_channels, ptr, ptr, f64)
     lib.rq_norm_backward.argtypes = (*tensors, ptr, ptr, ptr, *bounds_and_channels, ptr, ptr)
     for fn in (lib.rq_norm_forward, lib.rq_norm_backward):
         fn.restype = i32
