@@ -65,6 +65,7 @@ K for a linear layer).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -77,6 +78,21 @@ from .quantizer import dequantize
 
 # oneDNN convolutions: batch chunk such that a chunk's fp32 output has about this many bytes
 OUT_CHUNK_BYTES = 8 << 20
+
+
+@functools.lru_cache(maxsize=1024)
+def _known_geometry(x_shape, w_shape, stride, padding, dilation, groups):
+    return conv_geometry(x_shape, w_shape, stride, padding, dilation, groups)
+
+
+def _geometry(x_shape, w_shape, stride, padding, dilation, groups):
+    """conv_geometry, kept per set of arguments: a layer asks three times a step with the same ones (forward,
+    input and weight gradients), and its checks and tuples cost tens of microseconds a call in Python."""
+
+    def key(v):
+        return v if isinstance(v, int) else tuple(v)
+
+    return _known_geometry(tuple(x_shape), tuple(w_shape), key(stride), key(padding), key(dilation), groups)
 
 
 def _check(*tensors: torch.Tensor) -> None:
@@ -243,7 +259,7 @@ def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1, out_scale=No
     ``out_scale`` (a one-element tensor): float32 y * out_scale instead, bit for bit ``dequantize(y,
     out_scale)``; on the native route (``epilogue_in_products``) without a pass of its own."""
     _check(xq, wq)
-    nd, s, p, d, k, out = conv_geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
+    nd, s, p, d, k, out = _geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
     if routes.native_depthwise(nd, groups, xq.shape[1], wq.shape[0]):  # where _conv_int would send it
         return native.depthwise_forward(xq, wq, s, p, d, out, out_scale)
     if _pointwise(k, s, p, groups):
@@ -304,7 +320,7 @@ def conv_input_grad(
     conv_forward's)."""
     _check(gq, wq)
     input_shape = tuple(int(a) for a in input_shape)
-    nd, s, p, d, k, out = conv_geometry(input_shape, wq.shape, stride, padding, dilation, groups)
+    nd, s, p, d, k, out = _geometry(input_shape, wq.shape, stride, padding, dilation, groups)
     n, cin = input_shape[:2]
     cout = wq.shape[0]
     check_grad_output(gq.shape, (n, cout, *out))
@@ -384,7 +400,7 @@ def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, grou
     """dL/dw for dL/dy = g (torch.nn.grad.conv{N}d_weight), int32 of shape weight_shape."""
     _check(xq, gq)
     weight_shape = tuple(int(a) for a in weight_shape)
-    nd, s, p, d, k, out = conv_geometry(xq.shape, weight_shape, stride, padding, dilation, groups)
+    nd, s, p, d, k, out = _geometry(xq.shape, weight_shape, stride, padding, dilation, groups)
     n, cin = xq.shape[:2]
     cout = weight_shape[0]
     check_grad_output(gq.shape, (n, cout, *out))
