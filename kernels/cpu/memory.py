@@ -62,6 +62,28 @@ def is_cl(t: torch.Tensor) -> bool:
     return t.shape[1] == 1 or t.stride(1) == 1
 
 
+def cl_row_stride(t: torch.Tensor) -> int | None:
+    """The row stride of t (N, C, *spatial) read as the (N * prod(spatial), C) matrix of its channels-last
+    rows, when that matrix has unit column stride and one row stride (a channels-last tensor, or a batch
+    slice of one); else None."""
+    shape, stride = t.shape, t.stride()
+    c = shape[1]
+    if c > 1 and stride[1] != 1:
+        return None
+    ld, span = None, None
+    for i in (*range(len(shape) - 1, 1, -1), 0):
+        if shape[i] == 1:
+            continue
+        if ld is None:
+            ld, span = stride[i], stride[i] * shape[i]
+        elif stride[i] != span:
+            return None
+        else:
+            span *= shape[i]
+    ld = c if ld is None else ld
+    return ld if ld >= c else None
+
+
 def as_cl(t: torch.Tensor) -> torch.Tensor:
     """t laid out channels-last (a copy unless it already is), for any rank."""
     return t if is_cl(t) else t.movedim(1, -1).contiguous().movedim(-1, 1)

@@ -18,6 +18,7 @@ import torch
 
 from ..errors import NonFiniteError
 from . import known, runtime
+from .memory import cl_row_stride
 from .runtime import pointer
 
 
@@ -28,21 +29,9 @@ def supported(x: torch.Tensor) -> bool:
         return False
     if x.numel() <= x.shape[1] or x.stride(1) != 1:
         return False
-    return _dense_rows(x) and runtime.library() is not None
-
-
-def _dense_rows(x: torch.Tensor) -> bool:
-    """Whether x's memory is its (rows, C) matrix with contiguous rows, where rows are N and the spatial
-    dimensions flattened: x.movedim(1, -1).is_contiguous(), read from the strides (no tensor ops: a
-    fused BatchNorm's fixed cost is tens of such dispatches, docs/measurements.md)."""
-    shape, stride = x.shape, x.stride()
-    expected = 1
-    for d in (1, *range(x.dim() - 1, 1, -1), 0):
-        if shape[d] != 1:
-            if stride[d] != expected:
-                return False
-            expected *= shape[d]
-    return True
+    # read from the strides: movedim + view would cost two of the tens of dispatches that make a fused
+    # BatchNorm's fixed cost (docs/measurements.md)
+    return cl_row_stride(x) == x.shape[1] and runtime.library() is not None
 
 
 def _channel_vector(t: torch.Tensor | None) -> torch.Tensor | None:

@@ -73,7 +73,7 @@ import torch
 
 from ..geometry import check_grad_output, conv_geometry
 from . import im2col, native, onednn, routes
-from .memory import as_cl, empty_cl, huge_pages
+from .memory import as_cl, cl_row_stride, empty_cl, huge_pages
 from .quantizer import dequantize
 
 # oneDNN convolutions: batch chunk such that a chunk's fp32 output has about this many bytes
@@ -87,7 +87,8 @@ def _known_geometry(x_shape, w_shape, stride, padding, dilation, groups):
 
 def _geometry(x_shape, w_shape, stride, padding, dilation, groups):
     """conv_geometry, kept per set of arguments: a layer asks three times a step with the same ones (forward,
-    input and weight gradients), and its checks and tuples cost tens of microseconds a call in Python."""
+    input and weight gradients), and its checks and tuples cost about 40,000 instructions a call (callgrind,
+    docs/measurements.md)."""
 
     def key(v):
         return v if isinstance(v, int) else tuple(v)
@@ -188,28 +189,6 @@ def _pointwise(k, s, p, groups) -> bool:
     )
 
 
-def _cl_rows(t: torch.Tensor) -> int | None:
-    """The row stride of t (N, C, *spatial) read as the (N * prod(spatial), C) matrix of its channels-last
-    rows, when that matrix has unit column stride and one row stride (a channels-last tensor, or a batch
-    slice of one); else None."""
-    shape, stride = t.shape, t.stride()
-    c = shape[1]
-    if c > 1 and stride[1] != 1:
-        return None
-    ld, span = None, None
-    for i in (*range(len(shape) - 1, 1, -1), 0):
-        if shape[i] == 1:
-            continue
-        if ld is None:
-            ld, span = stride[i], stride[i] * shape[i]
-        elif stride[i] != span:
-            return None
-        else:
-            span *= shape[i]
-    ld = c if ld is None else ld
-    return ld if ld >= c else None
-
-
 def _rows_out(n, spatial, c, scale) -> tuple[torch.Tensor, torch.Tensor]:
     """A channels-last (N, C, *spatial) output, and the (rows, C) int32 buffer its GEMM writes. With a scale
     the output is float32, made as conv_exact makes it (movedim, then native.as_float_view: a tensor autograd
@@ -222,7 +201,7 @@ def _rows_out(n, spatial, c, scale) -> tuple[torch.Tensor, torch.Tensor]:
 def _pointwise_gemm(aq, wq, scale, *, transposed: bool) -> torch.Tensor | None:
     """A 1x1 stride-1 product as one GEMM over the rows of channels-last `aq`: the forward pass
     y[r, o] = sum_c x[r, c] w[o, c]; `transposed`, the input gradient dx[r, c] = sum_o g[r, o] w[o, c]."""
-    ld = _cl_rows(aq)
+    ld = cl_row_stride(aq)
     if ld is None:
         return None
     n, k, *sp = aq.shape
@@ -234,7 +213,7 @@ def _pointwise_gemm(aq, wq, scale, *, transposed: bool) -> torch.Tensor | None:
 
 
 def _pointwise_weight_grad(xq, gq, weight_shape) -> torch.Tensor | None:
-    lx, lg = _cl_rows(xq), _cl_rows(gq)
+    lx, lg = cl_row_stride(xq), cl_row_stride(gq)
     if lx is None or lg is None:
         return None
     cout, cin, *k = weight_shape
