@@ -154,13 +154,16 @@ def run_tests(pytest_args: str, timeout: float) -> dict[str, Any]:
         suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
         counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
         counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-        failures = []
+        failures, failed = [], []
         for case in suite.iter("testcase"):
             bad = case.find("failure") if case.find("failure") is not None else case.find("error")
-            if bad is not None and len(failures) < FIRST_FAILURES:
-                name = f"{case.get('classname')}::{case.get('name')}"
+            if bad is None:
+                continue
+            name = f"{case.get('classname')}::{case.get('name')}"
+            failed.append(name)  # every failing test by name: a fix is checked against the whole list
+            if len(failures) < FIRST_FAILURES:
                 failures.append({"test": name, "message": bad.get("message", ""), "text": bad.text or ""})
-        out.update(counts=counts, first_failures=failures)
+        out.update(counts=counts, first_failures=failures, failed_tests=failed)
         return out
 
 
@@ -383,6 +386,8 @@ def _md_tests(s) -> list[str]:
         f"**{c['passed']} passed, {c['failures']} failed, {c['errors']} errors, {c['skipped']} skipped**.",
         "",
     ]
+    if s.get("failed_tests"):
+        lines += ["Failed: " + ", ".join(f"`{name}`" for name in s["failed_tests"]), ""]
     for f in s["first_failures"]:
         lines += [f"### {f['test']}", "", f"{f['message']}", "", "```", f["text"].rstrip(), "```", ""]
     return lines

@@ -99,8 +99,9 @@ def test_the_tests_section_reports_a_failure_in_full(tmp_path):
     assert got["counts"] == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1, "passed": 1}
     (failure,) = got["first_failures"]
     assert failure["test"].endswith("test_fails") and "arithmetic is broken" in failure["text"]
+    assert [name.rsplit("::", 1)[1] for name in got["failed_tests"]] == ["test_fails"]
     md = "\n".join(gpu_report._md_tests(got))
-    assert "1 passed, 1 failed" in md and "arithmetic is broken" in md
+    assert "1 passed, 1 failed" in md and "arithmetic is broken" in md and "Failed: `" in md
 
 
 def test_tests_that_outlast_their_time_are_reported_not_fatal(tmp_path):

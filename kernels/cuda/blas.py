@@ -2,7 +2,10 @@
 
 cuBLASLt's int8 GEMM measured 937 TOPS on an H100 at 8192^3 where this project's own IMMA kernel reached 90
 (issue 15). ``torch._int_mm`` asks for M > 16 and K, N multiples of 8: operands are zero-padded to that
-(zeros add nothing to the sums). Convolutions around it:
+(zeros add nothing to the sums). cuBLASLt's int8 kernels on sm_90 also take only the "TN" layout, both
+operands K-major (a row-major, b column-major, 16-byte aligned): any other raises
+CUBLAS_STATUS_NOT_SUPPORTED (measured on an H200, CUDA 13.0, 2026-11-29), so ``int_mm`` lays them out so.
+Convolutions around it:
 
 * forward: 1x1 stride-1 convolutions of channels-last activations are the GEMM itself (no im2col);
   others im2col (csrc/im2col.cu) into K-padded rows, batch chunks bounding the columns' memory;
@@ -32,16 +35,35 @@ def _round8(v: int) -> int:
     return -(-v // 8) * 8
 
 
+def k_major(t: torch.Tensor) -> bool:
+    """Rows of ``t`` (R, K) that cuBLASLt's int8 kernels read: stride 1 along K, a leading dimension that is a
+    multiple of 8, and a 16-byte-aligned start."""
+    r, k = t.shape
+    ld = t.stride(0)
+    return t.stride(1) == 1 and (r == 1 or (ld >= k and ld % 8 == 0)) and t.data_ptr() % 16 == 0
+
+
+def _k_major_padded(t: torch.Tensor, rows: int, k: int) -> torch.Tensor:
+    """``t`` (R, K) as K-major rows (rows, k), zero-padded; a copy only where the layout or shape asks."""
+    if tuple(t.shape) == (rows, k) and k_major(t):
+        return t
+    out = torch.zeros((rows, k), dtype=t.dtype, device=t.device)
+    out[: t.shape[0], : t.shape[1]] = t
+    return out
+
+
 def int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Exact int8 (M, K) @ int8 (K, N) -> int32 (M, N) through torch._int_mm, zero-padding the shapes it
-    rejects. K must stay within the int32 contract (callers split longer reductions: int_mm_long)."""
+    """Exact int8 (M, K) @ int8 (K, N) -> int32 (M, N) through torch._int_mm: the shapes it rejects
+    zero-padded, and the operands laid out K-major (a row-major, b column-major), the only layout cuBLASLt
+    runs int8 in on sm_90. K must stay within the int32 contract (callers split longer reductions:
+    int_mm_long)."""
     m, k = a.shape
     n = b.shape[1]
+    if 0 in (m, k, n):  # empty sums are zeros: no GEMM (torch._int_mm refuses K = 0)
+        return torch.zeros((m, n), dtype=torch.int32, device=a.device)
     mp, kp, np_ = max(m, MIN_M), _round8(k), _round8(n)
-    if (mp, kp) != (m, k):
-        a = torch.nn.functional.pad(a, (0, kp - k, 0, mp - m))
-    if (kp, np_) != (k, n):
-        b = torch.nn.functional.pad(b, (0, np_ - n, 0, kp - k))
+    a = _k_major_padded(a, mp, kp)
+    b = _k_major_padded(b.t(), np_, kp).t()
     out = runtime.int_mm(a, b)  # cuBLASLt, or what the current launcher stands in with
     return out if (mp, np_) == (m, n) else out[:m, :n]
 
@@ -82,6 +104,18 @@ def _cols(x: torch.Tensor, geo, n0: int, nn: int) -> torch.Tensor:
         cols[:, k:].zero_()
     im2col(x[n0 : n0 + nn], cols, geo, (p * kp, 0, kp, 1))
     return cols
+
+
+def _cols_position_major(x: torch.Tensor, geo, n0: int, nn: int) -> torch.Tensor:
+    """The same columns as ``_cols``, (nn * P, K padded to 8), written column-major: the reduction over
+    positions of the weight gradient is then K-major for cuBLASLt without a transposing copy."""
+    p, k = geo.positions, geo.kg
+    kp = _round8(k)
+    cols_t = torch.empty((kp, nn * p), dtype=torch.int8, device=x.device)
+    if kp != k:
+        cols_t[k:].zero_()
+    im2col(x[n0 : n0 + nn], cols_t, geo, (p, 0, 1, nn * p))
+    return cols_t.t()
 
 
 def _weight_rows(wq: torch.Tensor, kp: int) -> torch.Tensor:
@@ -159,7 +193,7 @@ def conv_weight_grad(xq, gq, weight_shape, geo) -> torch.Tensor:
     dw = None
     for n0 in range(0, geo.n, chunk):
         nn = min(chunk, geo.n - n0)
-        part = int_mm_long(g_rows[n0 * p : (n0 + nn) * p].t(), _cols(x, geo, n0, nn))
+        part = int_mm_long(g_rows[n0 * p : (n0 + nn) * p].t(), _cols_position_major(x, geo, n0, nn))
         dw = part.contiguous() if dw is None else dw.add_(part)
     return dw[:, : geo.kg].reshape(weight_shape).contiguous()
 
