@@ -153,6 +153,35 @@ def test_launch_geometry():
     assert dw.chunk(1) == 1  # images x groups stay within one launch's gridDim.z
 
 
+def _refusing_int_mm(above_rows: int):
+    """torch._int_mm as cuBLASLt answers a shape it has no int8 algorithm for (above some row count)."""
+    real = torch._int_mm
+
+    def int_mm(a, b):
+        if a.shape[0] > above_rows:
+            raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul")
+        return real(a, b)
+
+    return int_mm
+
+
+@pytest.mark.parametrize("above_rows", [20_000, 6_000])
+def test_a_refused_int8_gemm_is_split_by_rows_into_the_same_sums(monkeypatch, above_rows):
+    gen = torch.Generator().manual_seed(0)
+    a, b = rand_i8((40_000, 16), gen), rand_i8((24, 16), gen).t()
+    monkeypatch.setattr(torch, "_int_mm", _refusing_int_mm(above_rows))
+    got = runtime.GpuLauncher().int_mm(a, b)
+    assert torch.equal(got, (a.long() @ b.long()).to(torch.int32))
+
+
+def test_a_refusal_that_splitting_cannot_cure_is_raised(monkeypatch):
+    gen = torch.Generator().manual_seed(0)
+    a, b = rand_i8((40_000, 16), gen), rand_i8((24, 16), gen).t()
+    monkeypatch.setattr(torch, "_int_mm", _refusing_int_mm(16))  # refused at every size
+    with pytest.raises(RuntimeError, match="CUBLAS_STATUS_NOT_SUPPORTED"):
+        runtime.GpuLauncher().int_mm(a, b)
+
+
 def test_launch_passes_pointers_on_torch_stream(monkeypatch):
     """GpuLauncher.launch (the harness stands in for it, so never run here otherwise): tensors go as their
     device pointers, None as a null pointer, scalars as they are, on CuPy's handle of torch's current stream,

@@ -178,6 +178,9 @@ def load_kernel(module: str, kernel: str, device_index: int, cc: int):
         return cupy.RawModule(path=str(path)).get_function(kernel)
 
 
+SPLIT_ROWS_MIN = 4096  # below this a refused int8 GEMM is not split further: the refusal is not its size
+
+
 class GpuLauncher:
     """The kernels on an NVIDIA GPU, on torch's current stream (the default launcher)."""
 
@@ -230,8 +233,21 @@ class GpuLauncher:
                 raise ValueError(f"kernels.cuda got tensors on {dev} and {t.device}")
 
     def int_mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """cuBLASLt's int8 GEMM (M > 16, K and N multiples of 8)."""
-        return torch._int_mm(a, b)
+        """cuBLASLt's int8 GEMM (M > 16, K and N multiples of 8, both operands K-major). Where cuBLASLt has
+        no algorithm for the whole shape (an H200 had none for M = 451,584, K = 64, N = 152, ResNet-50's
+        first convolution's input gradient in 36-image chunks), the rows are split in two until it has:
+        the same sums."""
+        try:
+            return torch._int_mm(a, b)
+        except RuntimeError as e:
+            m = a.shape[0]
+            if "CUBLAS_STATUS_NOT_SUPPORTED" not in str(e) or m < 2 * SPLIT_ROWS_MIN:
+                raise
+        half = m // 2 // 16 * 16  # a row offset that keeps the operand 16-byte aligned
+        out = torch.empty((m, b.shape[1]), dtype=torch.int32, device=a.device)
+        out[:half] = self.int_mm(a[:half], b)
+        out[half:] = self.int_mm(a[half:], b)
+        return out
 
 
 _ACTIVE: list = [GpuLauncher()]

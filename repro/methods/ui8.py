@@ -81,7 +81,8 @@ def cosine_distance(g: torch.Tensor, c: float) -> float:
 def _log_grid_search(distance, low_ratio: float, grids, device) -> tuple[torch.Tensor, torch.Tensor]:
     """The log ratio in [log low_ratio, 0] minimising distance(ratios) (one value per ratio), and that
     distance: a grid, then each next grid spanning the best point's neighbours of the last."""
-    lo = torch.tensor(math.log(low_ratio), device=device)
+    # a fill on the device: torch.tensor(v, device=...) copies from the host, which synchronises
+    lo = torch.full((), math.log(low_ratio), device=device)
     hi = torch.zeros((), device=device)
     best_log, best_d = hi, None
     for k in grids:
