@@ -321,8 +321,8 @@ class HarnessLauncher(runtime.GpuLauncher):
 
 def checked_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """torch._int_mm as cuBLASLt runs it on an sm_90 GPU: the shapes it accepts (M > 16, K and N multiples
-    of 8) and its one int8 layout, "TN" (a row-major, b column-major: both K-major, 16-byte aligned; on an
-    H200 every other layout raised CUBLAS_STATUS_NOT_SUPPORTED); exact."""
+    of 8) and the int8 layout it runs at every shape, "TN" (a row-major, b column-major: both K-major,
+    16-byte aligned; on an H200 other layouts raised CUBLAS_STATUS_NOT_SUPPORTED at some shapes); exact."""
     assert a.dtype == b.dtype == torch.int8 and a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0]
     assert a.shape[0] > 16 and a.shape[1] % 8 == 0 and b.shape[1] % 8 == 0, (tuple(a.shape), tuple(b.shape))
     assert blas.k_major(a) and blas.k_major(b.t()), ("not TN", a.stride(), b.stride())

@@ -2,9 +2,9 @@
 
 cuBLASLt's int8 GEMM measured 937 TOPS on an H100 at 8192^3 where this project's own IMMA kernel reached 90
 (issue 15). ``torch._int_mm`` asks for M > 16 and K, N multiples of 8: operands are zero-padded to that
-(zeros add nothing to the sums). cuBLASLt's int8 kernels on sm_90 also take only the "TN" layout, both
-operands K-major (a row-major, b column-major, 16-byte aligned): any other raises
-CUBLAS_STATUS_NOT_SUPPORTED (measured on an H200, CUDA 13.0, 2026-11-29), so ``int_mm`` lays them out so.
+(zeros add nothing to the sums). cuBLASLt's int8 kernels want both operands K-major, the "TN" layout (a
+row-major, b column-major, 16-byte aligned): on an H200 (CUDA 13.0, 2026-11-29) other layouts raised
+CUBLAS_STATUS_NOT_SUPPORTED at some shapes, TN ran every ResNet-50 shape, so ``int_mm`` lays them out so.
 Convolutions around it:
 
 * forward: 1x1 stride-1 convolutions of channels-last activations are the GEMM itself (no im2col);
@@ -54,8 +54,8 @@ def _k_major_padded(t: torch.Tensor, rows: int, k: int) -> torch.Tensor:
 
 def int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Exact int8 (M, K) @ int8 (K, N) -> int32 (M, N) through torch._int_mm: the shapes it rejects
-    zero-padded, and the operands laid out K-major (a row-major, b column-major), the only layout cuBLASLt
-    runs int8 in on sm_90. K must stay within the int32 contract (callers split longer reductions:
+    zero-padded, and the operands laid out K-major (a row-major, b column-major), the layout cuBLASLt's int8
+    kernels want. K must stay within the int32 contract (callers split longer reductions:
     int_mm_long)."""
     m, k = a.shape
     n = b.shape[1]
