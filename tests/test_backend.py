@@ -529,6 +529,51 @@ def test_cpu_bounded_guard_splits_input_channels(monkeypatch, chunk):
     assert_same(cpu.conv_input_grad(g, wt, (2, 8, 6, 5), 2, 1, 1, 1), want, "strided input grad")
 
 
+@pytest.mark.parametrize("chunk", [1, None])
+@pytest.mark.parametrize("weights", ["one block", "several blocks"])
+def test_onednn_scales_its_own_output_as_the_epilogue(monkeypatch, guard, chunk, weights):
+    """With out_scale, a convolution oneDNN runs in one proven block has oneDNN's weight scale apply the
+    dequantizing epilogue (no int32 pass, no epilogue pass): bit for bit dequantize(reference) in every
+    case, forward and input gradient (stride 1 and the phases of stride 2), one image per chunk or all;
+    several blocks, or a scanned output, keep the int32 sum and the epilogue."""
+    if not routes.onednn_exact():
+        pytest.skip("oneDNN's int8 convolution is not this CPU's route")
+    monkeypatch.setattr(routes, "SMALL_OUT", 0)
+    monkeypatch.setattr(routes, "CHUNK_IMAGES", chunk)
+    scaled = []
+    real_run = onednn.run
+
+    def spy(*args):
+        scaled.append(len(args) > 7)
+        return real_run(*args)
+
+    monkeypatch.setattr(onednn, "run", spy)
+    gen = torch.Generator().manual_seed(31)
+    if weights == "one block":
+        x, w = rand_i8((3, 40, 9, 8), gen), rand_i8((24, 40, 3, 3), gen, -20, 20)
+    else:
+        x, w = small_values_big_weights(gen, n=3, c=160, hw=6, cout=24)
+    scale = torch.tensor(3.1e-5, dtype=torch.float32)
+    for stride in (1, 2):
+        args = (stride, 1, 1, 1)
+        y = reference.conv_forward(x, w, *args)
+        g = rand_i8(tuple(y.shape), gen, -3, 3)
+        for what, got, acc in [
+            ("forward", cpu.conv_forward(x, w, *args, out_scale=scale), y),
+            ("input grad", cpu.conv_input_grad(g, w, x.shape, *args, out_scale=scale),
+             reference.conv_input_grad(g, w, x.shape, *args)),
+        ]:  # fmt: skip
+            want = cpu.dequantize(acc.to(torch.int32).contiguous(memory_format=torch.channels_last), scale)
+            assert got.dtype == torch.float32 and torch.equal(got, want), f"{what}, stride {stride}"
+    assert scaled, "oneDNN is this CPU's route, but no convolution reached it"
+    if guard == "scan":  # a scanned output must be seen unscaled
+        assert not any(scaled)
+    elif weights == "one block":
+        assert all(scaled)
+    else:  # the forward pass's blocks; a stride-2 phase's sub-kernel may fit one block
+        assert not all(scaled)
+
+
 def test_cpu_bounded_guard_gives_up_beyond_its_blocks():
     """Too many blocks, one channel alone over the bound, or a grouped weight over it: the exact route."""
     big = torch.full((4, 1536, 3, 3), 127, dtype=torch.int8)

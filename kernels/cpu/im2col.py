@@ -44,9 +44,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scale=
             out = huge_pages(torch.empty((a.shape[0], b.shape[1]), dtype=torch.int32))
             out = out if scale is None else native.as_float_view(out)
         return native.gemm(a, b, out, scale)
-    if scale is not None:
-        acc = dequantize(mm(a, b), scale, inplace=True)
-        return acc if out is None else out.copy_(acc)
+    if scale is not None:  # the product into out's own storage, then the epilogue in place there
+        acc = mm(a, b, out=None if out is None else out.view(torch.int32))
+        return dequantize(acc, scale, inplace=True)
     if routes.int_mm_exact():
         a, b = mm_operand(a), mm_operand(b)
         if out is None:

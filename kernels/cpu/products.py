@@ -74,7 +74,7 @@ import torch
 from ..geometry import check_grad_output, conv_geometry
 from . import im2col, native, onednn, routes
 from .memory import as_cl, cl_row_stride, empty_cl, huge_pages
-from .quantizer import dequantize
+from .quantizer import _scale_vector, dequantize
 
 # oneDNN convolutions: batch chunk such that a chunk's fp32 output has about this many bytes
 OUT_CHUNK_BYTES = 8 << 20
@@ -122,9 +122,6 @@ def _conv_int(
     if depthwise or not routes.onednn_exact() or routes.im2col_route(k, p, out, groups):
         y = im2col.conv_exact(xq, wq, s, p, d, groups, scale)
         return y if dst is None else dst.copy_(y[window])
-    if scale is not None:  # oneDNN: its exact int32 result, then the epilogue
-        y = dequantize(_conv_int(xq, wq, s, p, d, groups, u8_cache), scale, inplace=True)
-        return y if dst is None else dst.copy_(y[window])
     if routes.onednn_bounded():
         # AMX: the output scan cannot see a rounded uncompensated sum; the weights must prove every block
         blocks, checked = onednn.channel_blocks(wq, groups), False
@@ -132,6 +129,14 @@ def _conv_int(
         # |x| <= 128, so |acc| <= 128 * max_oc ||w_oc||_1: if that is < 2^24 the fp32 output is exact
         blocks = [(0, wq.shape[1])]
         checked = onednn.ZP * int(onednn.abs_sums(wq, 1).max()) >= onednn.F32_EXACT
+    if scale is not None:
+        scale = _scale_vector(scale).reshape(-1)
+        if checked or blocks is None or len(blocks) > 1 or scale.numel() != 1:
+            # no proof that one fp32 output is exact (it is scanned, or the blocks' int32 sums are added):
+            # the exact int32 result, then the epilogue. With the proof oneDNN scales its output itself,
+            # which saves two passes over it (fp32 -> int32, then the epilogue's)
+            y = dequantize(_conv_int(xq, wq, s, p, d, groups, u8_cache), scale, inplace=True)
+            return y if dst is None else dst.copy_(y[window])
     n = xq.shape[0]
     # batch chunks keep the fp32 intermediate cache-sized (and reused rather than freshly mapped)
     chunk = routes.batch_chunk(n, 4 * wq.shape[0] * math.prod(out), OUT_CHUNK_BYTES)
@@ -142,7 +147,7 @@ def _conv_int(
         if packed is None:
             onednn.REFUSED.add(key)
     if packed is None:
-        y = im2col.conv_exact(xq, wq, s, p, d, groups)
+        y = im2col.conv_exact(xq, wq, s, p, d, groups, scale)
         return y if dst is None else dst.copy_(y[window])
     u8_cache = {} if u8_cache is None else u8_cache
     if "u8" not in u8_cache:
@@ -150,9 +155,9 @@ def _conv_int(
     xu = u8_cache["u8"]
     y = None
     for n0 in range(0, n, chunk):
-        part = onednn.qconv_blocks(xu[n0 : n0 + chunk], wq, blocks, packed, s, p, d, groups)
+        part = onednn.qconv_blocks(xu[n0 : n0 + chunk], wq, blocks, packed, s, p, d, groups, scale)
         if part is None:  # oneDNN refused this chunk's shape
-            part = im2col.conv_exact(xq[n0 : n0 + chunk], wq, s, p, d, groups)
+            part = im2col.conv_exact(xq[n0 : n0 + chunk], wq, s, p, d, groups, scale)
         elif checked:
             lo, hi = torch.aminmax(part)
             # fp32 rounding is monotonic and 2^24 is representable: |out| < 2^24 implies |acc| < 2^24
@@ -162,11 +167,13 @@ def _conv_int(
             dst[n0 : n0 + chunk] = part[window]
             continue
         if chunk >= n:
+            if scale is not None:
+                return part  # already the epilogue's float32
             # fp32 -> int32 in place (same 4-byte slots, a full overlap copy_ allows): no second
             # output-sized buffer, whose fresh pages cost more than the conversion (measured 8x)
             return part if part.dtype == torch.int32 else part.view(torch.int32).copy_(part)
         if y is None:
-            y = empty_cl((n, wq.shape[0], *out), torch.int32)
+            y = empty_cl((n, wq.shape[0], *out), torch.int32 if scale is None else torch.float32)
         y[n0 : n0 + chunk] = part
     return dst if dst is not None else y
 
@@ -236,7 +243,7 @@ def _pointwise_weight_grad(xq, gq, weight_shape) -> torch.Tensor | None:
 def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1, out_scale=None) -> torch.Tensor:
     """y = conv(x, w) exactly (torch.nn.functional.conv{1,2,3}d semantics), int32 (N, Cout, *out).
     ``out_scale`` (a one-element tensor): float32 y * out_scale instead, bit for bit ``dequantize(y,
-    out_scale)``; on the native route (``epilogue_in_products``) without a pass of its own."""
+    out_scale)``; on the native route, and on oneDNN's with one proven block, without a pass of its own."""
     _check(xq, wq)
     nd, s, p, d, k, out = _geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
     if routes.native_depthwise(nd, groups, xq.shape[1], wq.shape[0]):  # where _conv_int would send it
@@ -249,11 +256,13 @@ def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1, out_scale=No
 
 
 def epilogue_in_products() -> bool:
-    """Whether conv_forward's and conv_input_grad's ``out_scale`` saves the epilogue's pass here: on the
-    native route (AVX2 without VNNI) the GEMM and depthwise kernels write the scaled float32 result
-    themselves (the dequantizing epilogue took 4-6% of a ResNet-50 or MobileNetV2 step on a Zen 3,
-    docs/measurements.md). Elsewhere the products run the same epilogue after."""
-    return routes.conv_route() == "native"
+    """Whether repro.layers passes conv_forward and conv_input_grad the ``out_scale``, so that the products
+    apply the dequantizing epilogue themselves. On every CPU route: the native GEMM and depthwise kernels
+    write the scaled float32 result (the epilogue took 4-6% of a ResNet-50 or MobileNetV2 step on a Zen 3),
+    oneDNN scales its own output where one fp32 output is proven exact (its int32 conversion and the
+    epilogue's pass saved, on VNNI and AMX CPUs), and the other routes run the same epilogue in place on
+    their int32 result (docs/measurements.md)."""
+    return True
 
 
 def _phases(length: int, out: int, k: int, s: int, p: int, d: int):
