@@ -291,6 +291,9 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
 # `repro step-time`: a quick side-by-side timing of bare method names (no table, no cache)
 
 
+AMP_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
 def time_steps(
     model_name: str,
     methods: list[str],
@@ -302,7 +305,8 @@ def time_steps(
     compiled: bool = False,
     cpu_time: bool = False,
 ) -> dict[str, list[float]]:
-    """Iteration seconds per method ("fp32" is the plain float model, "bf16"/"fp16" mixed precision);
+    """Iteration seconds per method ("fp32" is the plain float model, "bf16"/"fp16" mixed precision,
+    "<method>+bf16" an INT8 method with its float layers under bf16 autocast, an opt-in semantics);
     compiled: each also under torch.compile ("<method>+compile"), timed in the same rounds; cpu_time: the
     process's CPU seconds instead of wall time (on a shared machine, with one thread; CPU only)."""
     if cpu_time and (device or torch.device("cpu")).type != "cpu":
@@ -310,10 +314,13 @@ def time_steps(
     device = device or torch.device("cpu")
     variants = []
     for m in methods:
+        method, _, amp = m.partition("+")
         if m in ("bf16", "fp16"):
-            variants.append(Variant(m, "FP16", amp={"bf16": "bfloat16", "fp16": "float16"}[m]))
+            variants.append(Variant(m, "FP16", amp=AMP_DTYPES[m]))
         elif m == "fp32":
             variants.append(Variant("fp32", "FP32"))
+        elif amp:  # opt-in: the INT8 layers, the float layers under autocast, outputs in amp's dtype
+            variants.append(Variant(m, "INT8", method=method, amp=AMP_DTYPES[amp]))
         else:
             variants.append(int8_variant(m))
     if compiled:

@@ -39,10 +39,19 @@ def cmd_step_time(args) -> int:
     from repro.steptime import report, time_steps
 
     methods = args.methods.split(",")
-    unknown = [m for m in methods if m not in METHODS and m not in ("bf16", "fp16")]
+
+    def known(m: str) -> bool:
+        method, plus, amp = m.partition("+")
+        if plus:  # <method>+bf16 / +fp16: an INT8 method, its float layers under autocast (opt-in)
+            return method in METHODS and method != "fp32" and amp in ("bf16", "fp16")
+        return m in METHODS or m in ("bf16", "fp16")
+
+    unknown = [m for m in methods if not known(m)]
     if unknown:
         print(
-            f"error: unknown method {unknown[0]!r}; choose from {', '.join(list_methods())}", file=sys.stderr
+            f"error: unknown method {unknown[0]!r}; choose from {', '.join(list_methods())}, bf16, fp16, "
+            "or <method>+bf16 / <method>+fp16",
+            file=sys.stderr,
         )
         return 2
     # a compiled variant compiles in its warm-up rounds (two for DAIQ: its state exists after one step)
@@ -72,7 +81,12 @@ def main(argv=None) -> int:
     )
     p = sub.add_parser("step-time", help="time one training step per method, side by side")
     p.add_argument("--model", default="resnet18")
-    p.add_argument("--methods", default="fp32,daiq", help="methods, and bf16 / fp16 for mixed precision")
+    p.add_argument(
+        "--methods",
+        default="fp32,daiq",
+        help="methods, bf16 / fp16 for mixed precision, and <method>+bf16 / +fp16 for an INT8 method with "
+        "its float layers under autocast (opt-in: those layers and the INT8 layers' outputs in 16 bits)",
+    )
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--rounds", type=int, default=5)

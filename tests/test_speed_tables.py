@@ -258,3 +258,26 @@ def test_step_time_cpu_time_reads_the_process_clock(monkeypatch, capsys):
     assert out.count("3000.0") == 2, out
     with pytest.raises(ValueError, match="GPU"):
         steptime.time_steps("resnet18", ["fp32"], 1, 8, 1, cpu_time=True, device=torch.device("meta"))
+
+
+def test_step_time_takes_an_int8_method_under_autocast(monkeypatch, capsys):
+    """`--methods gq+bf16`: the INT8 method with its float layers under bf16 autocast, timed beside the
+    others; an unknown method or 16-bit format is one line and exit 2."""
+    from repro import steptime
+
+    monkeypatch.setitem(steptime.MODELS, "resnet18", _tiny_resnet)
+    seen = []
+    real = steptime.time_variants
+
+    def spy(variants, **kwargs):
+        seen.extend((v.name, v.method, v.amp) for v in variants)
+        return real(variants, **kwargs)
+
+    monkeypatch.setattr(steptime, "time_variants", spy)
+    assert repro_main(["step-time", "--methods", "bf16,gq+bf16", "--batch", "2", "--size", "8",
+                       "--rounds", "1"]) == 0  # fmt: skip
+    assert seen == [("bf16", None, "bfloat16"), ("gq+bf16", "gq", "bfloat16")]
+    assert "gq+bf16" in capsys.readouterr().out
+    for bad in ("gq+fp8", "nope+bf16", "fp32+bf16"):
+        assert repro_main(["step-time", "--methods", bad]) == 2
+        assert "unknown method" in capsys.readouterr().err
