@@ -167,13 +167,14 @@ def _conv_int(
             dst[n0 : n0 + chunk] = part[window]
             continue
         if chunk >= n:
-            if scale is not None:
-                return part  # already the epilogue's float32
+            if scale is not None:  # already the epilogue's float32, as its view of an int32 buffer
+                return native.as_float_view(part.view(torch.int32))  # (autograd: native.py's docstring)
             # fp32 -> int32 in place (same 4-byte slots, a full overlap copy_ allows): no second
             # output-sized buffer, whose fresh pages cost more than the conversion (measured 8x)
             return part if part.dtype == torch.int32 else part.view(torch.int32).copy_(part)
         if y is None:
-            y = empty_cl((n, wq.shape[0], *out), torch.int32 if scale is None else torch.float32)
+            y = empty_cl((n, wq.shape[0], *out), torch.int32)
+            y = y if scale is None else native.as_float_view(y)
         y[n0 : n0 + chunk] = part
     return dst if dst is not None else y
 

@@ -4,7 +4,8 @@
 // weight's (Cg, *kernel) dims, so a (Cout, Cg * prod(k)) weight multiplies the columns directly.
 // x is contiguous (N, C, D, H, W) int8; cols is written at n*sN + g*sG + p*sP + kidx*sK, so the host
 // chooses the layout its GEMM needs (k-contiguous for the forward pass, p-contiguous for the weight grad).
-// One thread per column element, grid-stride.
+// One thread per column element, grid-stride; consecutive threads take consecutive kidx, or consecutive p
+// where the columns are p-contiguous (sP == 1), so that a warp's stores are contiguous either way.
 
 extern "C" __global__ void im2col(const signed char* __restrict__ x, signed char* __restrict__ cols,
                                   int nimg, int C, int G, int D, int H, int W, int OD, int OH, int OW,
@@ -18,10 +19,18 @@ extern "C" __global__ void im2col(const signed char* __restrict__ x, signed char
     const long long total = (long long)nimg * G * P * Kg;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (long long)gridDim.x * blockDim.x) {
-        const long long kidx = e % Kg;
-        long long t = e / Kg;
-        const long long p = t % P;
-        t /= P;
+        long long kidx, p, t;
+        if (sP == 1) {  // p fastest: the weight gradient's position-major columns
+            p = e % P;
+            t = e / P;
+            kidx = t % Kg;
+            t /= Kg;
+        } else {
+            kidx = e % Kg;
+            t = e / Kg;
+            p = t % P;
+            t /= P;
+        }
         const int g = (int)(t % G);
         const long long n = t / G;
         const int ci = (int)(kidx / ntap);
