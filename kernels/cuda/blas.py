@@ -44,12 +44,12 @@ def k_major(t: torch.Tensor) -> bool:
 
 
 def _k_major_padded(t: torch.Tensor, rows: int, k: int) -> torch.Tensor:
-    """``t`` (R, K) as K-major rows (rows, k), zero-padded; a copy only where the layout or shape asks."""
-    if tuple(t.shape) == (rows, k) and k_major(t):
-        return t
-    out = torch.zeros((rows, k), dtype=t.dtype, device=t.device)
-    out[: t.shape[0], : t.shape[1]] = t
-    return out
+    """``t`` (R, K) as K-major rows (rows, k), zero-padded; one copy only where the layout or shape asks (a
+    fresh tensor is row-major and aligned)."""
+    r, c = t.shape
+    if (r, c) != (rows, k):
+        return torch.nn.functional.pad(t, (0, k - c, 0, rows - r))
+    return t if k_major(t) else t.clone(memory_format=torch.contiguous_format)
 
 
 def int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
