@@ -64,11 +64,16 @@ def _epilogue(backend, acc, scale, dtype, fmt, axis=None) -> torch.Tensor:
 
 def conv_epilogue(backend, product, args, scale, dtype, fmt) -> torch.Tensor:
     """backend.<product>(*args) dequantized as _epilogue does. Where the backend's products write the
-    scaled float32 result themselves (kernels.cpu on the native route: the epilogue without its pass over
-    the output, bit for bit the same values), they do."""
+    scaled result themselves (kernels.cpu: float32, and bfloat16 under autocast; the epilogue without its
+    pass over the output, bit for bit the same values), they do."""
     fused = getattr(backend, "epilogue_in_products", None)
-    if dtype == torch.float32 and fused is not None and fused():
-        out = getattr(backend, product)(*args, out_scale=scale)
+    if (
+        fused is not None
+        and fused()
+        and dtype in getattr(backend, "epilogue_dtypes", lambda: (torch.float32,))()
+    ):
+        kwargs = {"out_scale": scale} if dtype == torch.float32 else {"out_scale": scale, "out_dtype": dtype}
+        out = getattr(backend, product)(*args, **kwargs)
         return out if fmt is None else out.contiguous(memory_format=fmt)
     return _epilogue(backend, getattr(backend, product)(*args), scale, dtype, fmt)
 

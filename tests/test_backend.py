@@ -529,13 +529,15 @@ def test_cpu_bounded_guard_splits_input_channels(monkeypatch, chunk):
     assert_same(cpu.conv_input_grad(g, wt, (2, 8, 6, 5), 2, 1, 1, 1), want, "strided input grad")
 
 
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("chunk", [1, None])
 @pytest.mark.parametrize("weights", ["one block", "several blocks"])
-def test_onednn_scales_its_own_output_as_the_epilogue(monkeypatch, guard, chunk, weights):
+def test_onednn_scales_its_own_output_as_the_epilogue(monkeypatch, guard, chunk, weights, out_dtype):
     """With out_scale, a convolution oneDNN runs in one proven block has oneDNN's weight scale apply the
     dequantizing epilogue (no int32 pass, no epilogue pass): bit for bit dequantize(reference) in every
     case, forward and input gradient (stride 1 and the phases of stride 2), one image per chunk or all;
-    several blocks, or a scanned output, keep the int32 sum and the epilogue."""
+    several blocks, or a scanned output, keep the int32 sum and the epilogue. With out_dtype bfloat16
+    oneDNN writes the rounded bfloat16 itself, bit for bit dequantize(..., dtype=bfloat16)."""
     if not routes.onednn_exact():
         pytest.skip("oneDNN's int8 convolution is not this CPU's route")
     monkeypatch.setattr(routes, "SMALL_OUT", 0)
@@ -545,6 +547,8 @@ def test_onednn_scales_its_own_output_as_the_epilogue(monkeypatch, guard, chunk,
 
     def spy(*args):
         scaled.append(len(args) > 7)
+        if len(args) > 8:  # an output dtype is asked for only with the scale
+            assert args[8] == out_dtype == torch.bfloat16
         return real_run(*args)
 
     monkeypatch.setattr(onednn, "run", spy)
@@ -558,13 +562,16 @@ def test_onednn_scales_its_own_output_as_the_epilogue(monkeypatch, guard, chunk,
         args = (stride, 1, 1, 1)
         y = reference.conv_forward(x, w, *args)
         g = rand_i8(tuple(y.shape), gen, -3, 3)
+        kw = {"out_scale": scale, "out_dtype": out_dtype}
         for what, got, acc in [
-            ("forward", cpu.conv_forward(x, w, *args, out_scale=scale), y),
-            ("input grad", cpu.conv_input_grad(g, w, x.shape, *args, out_scale=scale),
+            ("forward", cpu.conv_forward(x, w, *args, **kw), y),
+            ("input grad", cpu.conv_input_grad(g, w, x.shape, *args, **kw),
              reference.conv_input_grad(g, w, x.shape, *args)),
         ]:  # fmt: skip
-            want = cpu.dequantize(acc.to(torch.int32).contiguous(memory_format=torch.channels_last), scale)
-            assert got.dtype == torch.float32 and torch.equal(got, want), f"{what}, stride {stride}"
+            acc = acc.to(torch.int32).contiguous(memory_format=torch.channels_last)
+            want = cpu.dequantize(acc, scale, dtype=out_dtype)
+            assert got.dtype == out_dtype and torch.equal(got, want), f"{what}, stride {stride}"
+            assert got.is_contiguous(memory_format=torch.channels_last), f"{what}, stride {stride}"
     assert scaled, "oneDNN is this CPU's route, but no convolution reached it"
     if guard == "scan":  # a scanned output must be seen unscaled
         assert not any(scaled)
@@ -572,6 +579,45 @@ def test_onednn_scales_its_own_output_as_the_epilogue(monkeypatch, guard, chunk,
         assert all(scaled)
     else:  # the forward pass's blocks; a stride-2 phase's sub-kernel may fit one block
         assert not all(scaled)
+
+
+@pytest.mark.parametrize(
+    "x_shape,w_shape,geometry",
+    [
+        ((3, 16, 5, 6), (24, 16, 3, 3), (1, 1, 1, 1)),  # a small output: im2col + _int_mm
+        ((3, 16, 9, 8), (24, 16, 1, 1), (1, 0, 1, 1)),  # 1x1: im2col's view + _int_mm (the native GEMM)
+        ((2, 24, 9, 9), (24, 1, 3, 3), (2, 1, 1, 24)),  # depthwise: the native kernels
+        ((2, 16, 10, 9), (8, 4, 3, 3), (2, 1, 1, 4)),  # grouped, strided phases
+        ((2, 40, 11, 10), (24, 40, 3, 3), (2, 1, 1, 1)),  # oneDNN's phases where it is the route
+    ],
+)
+def test_bfloat16_epilogue_on_every_route(x_shape, w_shape, geometry):
+    """out_dtype bfloat16 on whichever route a shape takes here: bit for bit dequantize(reference, dtype=
+    bfloat16), channels-last, forward and input gradient."""
+    gen = torch.Generator().manual_seed(41)
+    x, w = rand_i8(x_shape, gen), rand_i8(w_shape, gen, -20, 20)
+    scale = torch.tensor(2.3e-4, dtype=torch.float32)
+    y = reference.conv_forward(x, w, *geometry)
+    g = rand_i8(tuple(y.shape), gen, -3, 3)
+    kw = {"out_scale": scale, "out_dtype": torch.bfloat16}
+    for what, got, acc in [
+        ("forward", cpu.conv_forward(x, w, *geometry, **kw), y),
+        ("input grad", cpu.conv_input_grad(g, w, x.shape, *geometry, **kw),
+         reference.conv_input_grad(g, w, x.shape, *geometry)),
+    ]:  # fmt: skip
+        want = cpu.dequantize(acc.to(torch.int32).contiguous(memory_format=torch.channels_last), scale,
+                              dtype=torch.bfloat16)  # fmt: skip
+        assert got.dtype == torch.bfloat16 and torch.equal(got, want), what
+        assert got.is_contiguous(memory_format=torch.channels_last), what
+
+
+def test_bfloat16_epilogue_needs_a_scale():
+    """An int32 result has no bfloat16 form, and other dtypes are not written: one clear error each."""
+    x, w = torch.zeros((1, 4, 3, 3), dtype=torch.int8), torch.zeros((2, 4, 1, 1), dtype=torch.int8)
+    with pytest.raises(ValueError, match="needs out_scale"):
+        cpu.conv_forward(x, w, out_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="out_dtype must be"):
+        cpu.conv_input_grad(x[:, :2], w, x.shape, out_scale=torch.tensor(1.0), out_dtype=torch.float16)
 
 
 def test_cpu_bounded_guard_gives_up_beyond_its_blocks():

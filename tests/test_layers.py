@@ -217,6 +217,38 @@ def test_int8_layers_take_and_return_the_autocast_dtype(method):
     assert set(seen.values()) == {torch.float32}
 
 
+@pytest.mark.parametrize("method", ["gq", "daiq"])
+def test_bfloat16_outputs_written_by_the_products_change_no_value(monkeypatch, method):
+    """Under autocast the CPU products write the int8 layers' bfloat16 outputs and input gradients themselves
+    (kernels.cpu.epilogue_dtypes). Outputs and every gradient are bit for bit those of the int32 product
+    followed by the bfloat16 epilogue."""
+    from kernels import cpu
+
+    asked = []
+    real_forward = cpu.conv_forward
+
+    def spy(*args, **kw):
+        asked.append(kw.get("out_dtype"))
+        return real_forward(*args, **kw)
+
+    monkeypatch.setattr(cpu, "conv_forward", spy)
+    results = []
+    for fused in (True, False):
+        if not fused:
+            monkeypatch.setattr(cpu, "epilogue_dtypes", lambda: (torch.float32,))
+        torch.manual_seed(0)
+        model = quantize_model(_small_net().to(memory_format=torch.channels_last), method, skip=("first",))
+        x = torch.randn(4, 3, 12, 12).contiguous(memory_format=torch.channels_last).requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+        out.float().square().mean().backward()
+        results.append([out.detach(), x.grad] + [p.grad for p in model.parameters()])
+    assert asked.count(torch.bfloat16) == 2 and asked.count(None) == 2  # two int8 convolutions each run
+    assert results[0][0].dtype == torch.bfloat16
+    for got, want in zip(*results, strict=True):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: runs where there is one")
 @pytest.mark.parametrize("method", ["gq", "daiq", "ui8"])
 def test_gpu_training_step_waits_for_the_device_only_at_the_optimizer_step(method):

@@ -40,15 +40,19 @@ def prepack(wq: torch.Tensor, s, p, d, groups: int, x_shape):
     )
 
 
-def run(xu: torch.Tensor, wq: torch.Tensor, packed, s, p, d, groups: int, scale=None) -> torch.Tensor:
+def run(
+    xu: torch.Tensor, wq: torch.Tensor, packed, s, p, d, groups: int, scale=None, out_dtype=torch.float32
+) -> torch.Tensor:
     """oneDNN u8 (zero point 128) x s8 convolution of ``xu`` with the prepacked ``wq``, fp32 output
     (channels-last). ``wq`` itself is passed so that tests can stand in for oneDNN. ``scale`` (a
     one-element float32 tensor): the output is fp32(acc) * scale, oneDNN's weight scale doing the
-    dequantizing epilogue (bit for bit ``dequantize``'s one rounding wherever fp32(acc) is exact)."""
+    dequantizing epilogue (bit for bit ``dequantize``'s one rounding wherever fp32(acc) is exact); with
+    ``out_dtype`` bfloat16 that float32 value rounded to nearest even, as ``dequantize(..., bfloat16)``
+    rounds it, written in half the bytes."""
     w_scale = W_SCALE if scale is None else scale
     return torch.ops.onednn.qconv_pointwise(
         xu, 1.0, ZP, packed, w_scale, W_ZERO_POINT, None, list(s), list(p), list(d), groups,
-        1.0, 0, torch.float32, "none", [], "",
+        1.0, 0, out_dtype, "none", [], "",
     )  # fmt: skip
 
 
@@ -105,12 +109,16 @@ def prepack_blocks(wq, blocks, s, p, d, groups: int, xq, chunk: int) -> list | N
         return None
 
 
-def qconv_blocks(xu, wq, blocks, packed, s, p, d, groups: int, scale=None) -> torch.Tensor | None:
-    """oneDNN's convolution of one batch chunk: fp32 for one block (times ``scale``, one block only), the
-    int32 sum of the blocks' exact outputs for several; None if oneDNN refuses the chunk."""
+def qconv_blocks(
+    xu, wq, blocks, packed, s, p, d, groups: int, scale=None, out_dtype=torch.float32
+) -> torch.Tensor | None:
+    """oneDNN's convolution of one batch chunk: fp32 for one block (times ``scale`` as ``out_dtype``, one
+    block only), the int32 sum of the blocks' exact outputs for several; None if oneDNN refuses the chunk."""
     try:
         if len(blocks) == 1:
             if scale is not None:  # only given where the caller has proved fp32(acc) exact
+                if out_dtype != torch.float32:
+                    return run(xu, wq, packed[0], s, p, d, groups, scale, out_dtype)
                 return run(xu, wq, packed[0], s, p, d, groups, scale)
             return run(xu, wq, packed[0], s, p, d, groups)
         acc = None

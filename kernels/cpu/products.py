@@ -104,8 +104,40 @@ def _check(*tensors: torch.Tensor) -> None:
             raise ValueError(f"kernels.cpu got a tensor on {t.device}")
 
 
+def _as_dtype(y: torch.Tensor, scale, out_dtype) -> torch.Tensor:
+    """A scaled float32 result as ``out_dtype``: rounded to nearest even for bfloat16, as the epilogue rounds
+    the same float32 value (``dequantize``), channels-last kept."""
+    return y if scale is None or y.dtype == out_dtype else y.to(out_dtype)
+
+
+def _new_output(shape, scale, out_dtype) -> torch.Tensor:
+    """A channels-last buffer for a product's result: int32, with ``scale`` the float32 view of an int32
+    buffer (native.as_float_view), or ``out_dtype`` (bfloat16) itself."""
+    if scale is not None and out_dtype != torch.float32:
+        return empty_cl(shape, out_dtype)
+    y = empty_cl(shape, torch.int32)
+    return y if scale is None else native.as_float_view(y)
+
+
+def _check_out_dtype(out_scale, out_dtype) -> None:
+    if out_dtype not in EPILOGUE_DTYPES:
+        raise ValueError(f"out_dtype must be one of {EPILOGUE_DTYPES}, got {out_dtype}")
+    if out_dtype != torch.float32 and out_scale is None:
+        raise ValueError("out_dtype other than float32 needs out_scale (an int32 result has no other dtype)")
+
+
 def _conv_int(
-    xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, u8_cache=None, dst=None, crop=None, scale=None
+    xq: torch.Tensor,
+    wq: torch.Tensor,
+    s,
+    p,
+    d,
+    groups: int,
+    u8_cache=None,
+    dst=None,
+    crop=None,
+    scale=None,
+    out_dtype=torch.float32,
 ) -> torch.Tensor:
     """Exact int32 convolution of int8 x with int8 w, channels-last.
 
@@ -113,7 +145,9 @@ def _conv_int(
     ``dst``, ``crop``: write the spatial window ``crop`` (slices) of the result into the int32 view
     ``dst`` instead (returned), straight from each batch chunk's output: the input gradient's phases
     land in dx without an intermediate int32 tensor per phase (half its copies, measured).
-    ``scale``: the result as float32 acc * scale (``dst`` float32 then), bit for bit the epilogue's.
+    ``scale``: the result as float32 acc * scale (``dst`` float32 then), bit for bit the epilogue's;
+    ``out_dtype`` bfloat16: that value rounded to bfloat16 (``dst`` bfloat16), as ``dequantize(...,
+    bfloat16)`` rounds it.
     """
     k = wq.shape[2:]
     out = [(xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(len(s))]
@@ -121,7 +155,7 @@ def _conv_int(
     depthwise = routes.native_depthwise(len(s), groups, xq.shape[1], wq.shape[0])
     if depthwise or not routes.onednn_exact() or routes.im2col_route(k, p, out, groups):
         y = im2col.conv_exact(xq, wq, s, p, d, groups, scale)
-        return y if dst is None else dst.copy_(y[window])
+        return _as_dtype(y, scale, out_dtype) if dst is None else dst.copy_(y[window])
     if routes.onednn_bounded():
         # AMX: the output scan cannot see a rounded uncompensated sum; the weights must prove every block
         blocks, checked = onednn.channel_blocks(wq, groups), False
@@ -135,7 +169,7 @@ def _conv_int(
             # no proof that one fp32 output is exact (it is scanned, or the blocks' int32 sums are added):
             # the exact int32 result, then the epilogue. With the proof oneDNN scales its output itself,
             # which saves two passes over it (fp32 -> int32, then the epilogue's)
-            y = dequantize(_conv_int(xq, wq, s, p, d, groups, u8_cache), scale, inplace=True)
+            y = dequantize(_conv_int(xq, wq, s, p, d, groups, u8_cache), scale, dtype=out_dtype, inplace=True)
             return y if dst is None else dst.copy_(y[window])
     n = xq.shape[0]
     # batch chunks keep the fp32 intermediate cache-sized (and reused rather than freshly mapped)
@@ -148,14 +182,14 @@ def _conv_int(
             onednn.REFUSED.add(key)
     if packed is None:
         y = im2col.conv_exact(xq, wq, s, p, d, groups, scale)
-        return y if dst is None else dst.copy_(y[window])
+        return _as_dtype(y, scale, out_dtype) if dst is None else dst.copy_(y[window])
     u8_cache = {} if u8_cache is None else u8_cache
     if "u8" not in u8_cache:
         u8_cache["u8"] = onednn.to_u8(xq)
     xu = u8_cache["u8"]
     y = None
     for n0 in range(0, n, chunk):
-        part = onednn.qconv_blocks(xu[n0 : n0 + chunk], wq, blocks, packed, s, p, d, groups, scale)
+        part = onednn.qconv_blocks(xu[n0 : n0 + chunk], wq, blocks, packed, s, p, d, groups, scale, out_dtype)
         if part is None:  # oneDNN refused this chunk's shape
             part = im2col.conv_exact(xq[n0 : n0 + chunk], wq, s, p, d, groups, scale)
         elif checked:
@@ -167,14 +201,17 @@ def _conv_int(
             dst[n0 : n0 + chunk] = part[window]
             continue
         if chunk >= n:
+            if (
+                scale is not None and out_dtype != torch.float32
+            ):  # oneDNN's bfloat16 (or a fallback's float32)
+                return _as_dtype(part, scale, out_dtype)
             if scale is not None:  # already the epilogue's float32, as its view of an int32 buffer
                 return native.as_float_view(part.view(torch.int32))  # (autograd: native.py's docstring)
             # fp32 -> int32 in place (same 4-byte slots, a full overlap copy_ allows): no second
             # output-sized buffer, whose fresh pages cost more than the conversion (measured 8x)
             return part if part.dtype == torch.int32 else part.view(torch.int32).copy_(part)
         if y is None:
-            y = empty_cl((n, wq.shape[0], *out), torch.int32)
-            y = y if scale is None else native.as_float_view(y)
+            y = _new_output((n, wq.shape[0], *out), scale, out_dtype)
         y[n0 : n0 + chunk] = part
     return dst if dst is not None else y
 
@@ -241,19 +278,24 @@ def _pointwise_weight_grad(xq, gq, weight_shape) -> torch.Tensor | None:
 # public API
 
 
-def conv_forward(xq, wq, stride=1, padding=0, dilation=1, groups=1, out_scale=None) -> torch.Tensor:
+def conv_forward(
+    xq, wq, stride=1, padding=0, dilation=1, groups=1, out_scale=None, out_dtype=torch.float32
+) -> torch.Tensor:
     """y = conv(x, w) exactly (torch.nn.functional.conv{1,2,3}d semantics), int32 (N, Cout, *out).
     ``out_scale`` (a one-element tensor): float32 y * out_scale instead, bit for bit ``dequantize(y,
-    out_scale)``; on the native route, and on oneDNN's with one proven block, without a pass of its own."""
+    out_scale)``; on the native route, and on oneDNN's with one proven block, without a pass of its own.
+    ``out_dtype`` bfloat16 (with out_scale): bit for bit ``dequantize(y, out_scale, dtype=bfloat16)``,
+    written by oneDNN itself where it scales its output."""
     _check(xq, wq)
+    _check_out_dtype(out_scale, out_dtype)
     nd, s, p, d, k, out = _geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
     if routes.native_depthwise(nd, groups, xq.shape[1], wq.shape[0]):  # where _conv_int would send it
-        return native.depthwise_forward(xq, wq, s, p, d, out, out_scale)
+        return _as_dtype(native.depthwise_forward(xq, wq, s, p, d, out, out_scale), out_scale, out_dtype)
     if _pointwise(k, s, p, groups):
         y = _pointwise_gemm(xq, wq, out_scale, transposed=False)
         if y is not None:
-            return y
-    return _conv_int(xq, wq, s, p, d, groups, scale=out_scale)
+            return _as_dtype(y, out_scale, out_dtype)
+    return _conv_int(xq, wq, s, p, d, groups, scale=out_scale, out_dtype=out_dtype)
 
 
 def epilogue_in_products() -> bool:
@@ -264,6 +306,17 @@ def epilogue_in_products() -> bool:
     epilogue's pass saved, on VNNI and AMX CPUs), and the other routes run the same epilogue in place on
     their int32 result (docs/measurements.md)."""
     return True
+
+
+# the dtypes conv_forward and conv_input_grad write the scaled result in (out_dtype)
+EPILOGUE_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def epilogue_dtypes() -> tuple[torch.dtype, ...]:
+    """The output dtypes in which the products apply the dequantizing epilogue themselves (out_dtype):
+    float32, and bfloat16 for layers under CPU autocast (repro step-time's ``<method>+bf16``), where oneDNN
+    writes the rounded bfloat16 value directly instead of float32 and a second pass."""
+    return EPILOGUE_DTYPES
 
 
 def _phases(length: int, out: int, k: int, s: int, p: int, d: int):
@@ -303,26 +356,26 @@ def tap_major_transposed(wq: torch.Tensor, taps) -> torch.Tensor:
 
 
 def conv_input_grad(
-    gq, wq, input_shape, stride=1, padding=0, dilation=1, groups=1, out_scale=None
+    gq, wq, input_shape, stride=1, padding=0, dilation=1, groups=1, out_scale=None, out_dtype=torch.float32
 ) -> torch.Tensor:
-    """dL/dx for dL/dy = g (torch.nn.grad.conv{N}d_input), int32 of shape input_shape (``out_scale``: as
-    conv_forward's)."""
+    """dL/dx for dL/dy = g (torch.nn.grad.conv{N}d_input), int32 of shape input_shape (``out_scale`` and
+    ``out_dtype``: as conv_forward's)."""
     _check(gq, wq)
+    _check_out_dtype(out_scale, out_dtype)
     input_shape = tuple(int(a) for a in input_shape)
     nd, s, p, d, k, out = _geometry(input_shape, wq.shape, stride, padding, dilation, groups)
     n, cin = input_shape[:2]
     cout = wq.shape[0]
     check_grad_output(gq.shape, (n, cout, *out))
     if routes.native_depthwise(nd, groups, cin, cout):
-        return native.depthwise_input_grad(gq, wq, input_shape, s, p, d, out_scale)
+        return _as_dtype(
+            native.depthwise_input_grad(gq, wq, input_shape, s, p, d, out_scale), out_scale, out_dtype
+        )
     if _pointwise(k, s, p, groups):
         dx = _pointwise_gemm(gq, wq, out_scale, transposed=True)
         if dx is not None:
-            return dx
+            return _as_dtype(dx, out_scale, out_dtype)
     a, b = cin // groups, cout // groups
-    # dx: int32, or with out_scale the float32 view of an int32 buffer (native.as_float_view); 0 and 0.0 have
-    # the same bits
-    as_dx = (lambda t: t) if out_scale is None else native.as_float_view
     # grouped: the transposed weight, per group (b, a, *k) -> (a, b, *k), flipped by the tap order below
     # (ungrouped weights are built per phase by tap_major_transposed)
     wt = None if groups == 1 else wq.reshape(groups, b, a, *k).transpose(1, 2).reshape(cin, b, *k)
@@ -330,7 +383,8 @@ def conv_input_grad(
     u8_cache: dict = {}  # g as uint8, converted once for all phases (if oneDNN runs)
     dx = None
     if any(plan is None for dim in plans for _, _, plan in dim):
-        dx = as_dx(empty_cl(input_shape, torch.int32).zero_())  # some positions get no tap: they stay 0
+        # some positions get no tap: they stay 0 (0 and 0.0 have the same bits)
+        dx = _new_output(input_shape, out_scale, out_dtype).zero_()
     for combo in itertools.product(*plans):
         if any(plan is None for _, _, plan in combo):
             continue
@@ -351,15 +405,18 @@ def conv_input_grad(
         phase = tuple(slice(phi, None, s[i]) for i, (phi, _, _) in enumerate(combo))
         dst = (slice(None), slice(None)) + phase
         if all(si == 1 for si in s):
-            y = _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, scale=out_scale)
+            y = _conv_int(
+                gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, scale=out_scale, out_dtype=out_dtype
+            )
             if tuple(y.shape[2:]) == input_shape[2:]:
                 return y  # stride 1: a single phase covering everything
-            dx = as_dx(empty_cl(input_shape, torch.int32)) if dx is None else dx
+            dx = _new_output(input_shape, out_scale, out_dtype) if dx is None else dx
             dx[dst] = y[(slice(None), slice(None)) + crop]
             continue
-        dx = as_dx(empty_cl(input_shape, torch.int32)) if dx is None else dx
+        dx = _new_output(input_shape, out_scale, out_dtype) if dx is None else dx
         # the phase's output goes straight into its positions of dx
-        _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, dst=dx[dst], crop=crop, scale=out_scale)
+        _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, dst=dx[dst], crop=crop, scale=out_scale,
+                  out_dtype=out_dtype)  # fmt: skip
     return dx
 
 
