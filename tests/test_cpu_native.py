@@ -204,6 +204,17 @@ def test_dequantize_epilogue(shape, axis):
     assert out.data_ptr() == owned.data_ptr() and torch.equal(out, acc.float() * 0.5)
 
 
+def test_bfloat16_epilogue_rounds_ties_to_even():
+    """The vectorised bfloat16 rounding: ties (low 16 bits 0x8000) go to the even neighbour, values past
+    bfloat16's range to infinity, as torch's .to(bfloat16); in the vector body and the scalar tail alike."""
+    base = [2**23 + 0x8000, 2**23 + 0x18000, 2**23 + 0x7FFF, 2**23 + 0x8001, 0, 1, -1, 2**31 - 1]
+    acc = torch.tensor(base + [-v for v in base[:4]] + base[:3], dtype=torch.int32)  # 15: 8 + 7 in the tail
+    for scale in (1.0, 2.0**100, 2.0**-100):
+        want = (acc.float() * scale).to(torch.bfloat16)
+        got = cpu.dequantize(acc, scale, dtype=torch.bfloat16)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), scale
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_non_finite_raises_at_once(bad):
     for dtype in (torch.float32, torch.bfloat16):

@@ -124,14 +124,19 @@ def implicit_columns(xp: torch.Tensor, k, s, d, out) -> tuple[torch.Tensor, torc
     return _column_tables(tuple(xp.shape), tuple(xp.stride()), tuple(k), tuple(s), tuple(d), tuple(out))
 
 
-def conv_exact(xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, scale=None) -> torch.Tensor:
+def conv_exact(
+    xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, scale=None, out_dtype=torch.float32
+) -> torch.Tensor:
     """Exact convolution by im2col + _int_mm over batch chunks (ungrouped, on the native route with a multiple
     of 16 channels: one GEMM reading the padded input, ``implicit_columns``), channels-last int32 output (with
-    ``scale``: float32 acc * scale, as ``mm``).
+    ``scale``: float32 acc * scale, as ``mm``; ``out_dtype`` bfloat16: that value rounded to it).
 
     Groups are done blk at a time with a block-diagonal weight (zeros between the groups), so that
     depthwise convolutions are batched matmuls too.
     """
+    if scale is not None and out_dtype != torch.float32 and routes.torch_int8_fast():
+        # bfloat16 from _int_mm's int32 in one pass, not the float32 epilogue's pass and a conversion after it
+        return dequantize(conv_exact(xq, wq, s, p, d, groups), scale, dtype=out_dtype)
     nd = len(s)
     n, cin = xq.shape[:2]
     cout = wq.shape[0]

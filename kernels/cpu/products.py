@@ -154,7 +154,7 @@ def _conv_int(
     window = (slice(None), slice(None)) + tuple(crop if crop is not None else ())
     depthwise = routes.native_depthwise(len(s), groups, xq.shape[1], wq.shape[0])
     if depthwise or not routes.onednn_exact() or routes.im2col_route(k, p, out, groups):
-        y = im2col.conv_exact(xq, wq, s, p, d, groups, scale)
+        y = im2col.conv_exact(xq, wq, s, p, d, groups, scale, out_dtype)
         return _as_dtype(y, scale, out_dtype) if dst is None else dst.copy_(y[window])
     if routes.onednn_bounded():
         # AMX: the output scan cannot see a rounded uncompensated sum; the weights must prove every block
@@ -181,7 +181,7 @@ def _conv_int(
         if packed is None:
             onednn.REFUSED.add(key)
     if packed is None:
-        y = im2col.conv_exact(xq, wq, s, p, d, groups, scale)
+        y = im2col.conv_exact(xq, wq, s, p, d, groups, scale, out_dtype)
         return _as_dtype(y, scale, out_dtype) if dst is None else dst.copy_(y[window])
     u8_cache = {} if u8_cache is None else u8_cache
     if "u8" not in u8_cache:
