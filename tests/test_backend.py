@@ -279,6 +279,24 @@ def test_cpu_im2col_products_read_a_channels_last_weight_without_copying_it(monk
         assert b.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "channels-last"])
+@pytest.mark.parametrize("taps", [[[2, 1, 0], [2, 1, 0]], [[0, 1, 2], [2, 1, 0]], [[2, 0], [1]], [[0]] * 2])
+def test_tap_major_transposed_one_op_and_tap_by_tap_agree(monkeypatch, layout, taps):
+    """The transposed weight by a flip and one copy (small weights with every tap) and tap by tap: the same
+    codes, each laid out tap-major, (*taps, Cout, Cin) contiguous in memory."""
+    gen = torch.Generator().manual_seed(5)
+    w = rand_i8((6, 4, 3, 3), gen)
+    w = w.contiguous(memory_format=torch.channels_last) if layout == "channels-last" else w
+    got = {}
+    for one_op in (True, False):
+        monkeypatch.setattr(products, "TAP_MAJOR_ONE_OP", 1 << 16 if one_op else 0)
+        got[one_op] = products.tap_major_transposed(w, taps)
+    want = w.permute(1, 0, 2, 3)[:, :, taps[0]][:, :, :, taps[1]]
+    for t in got.values():
+        assert torch.equal(t, want)
+        assert t.permute(2, 3, 1, 0).is_contiguous()
+
+
 @pytest.mark.parametrize("chunk", [1, 2, None])
 @pytest.mark.parametrize(
     "nd,k,s,p,d,groups,n",

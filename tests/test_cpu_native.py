@@ -638,9 +638,12 @@ def test_native_gemm_threads_split_rows_or_columns_exactly():
 @pytest.mark.parametrize(
     "shape,p", [((2, 3, 5, 4), (1, 2)), ((1, 16, 4, 5, 3), (1, 0, 2)), ((2, 8, 7), (3,))], ids=str
 )
-def test_pad_zero_pads_with_zeros_in_either_layout(monkeypatch, shape, p):
-    """im2col.pad_zero zeroes only the border of an uninitialised buffer: every border byte is 0 even where
-    the buffer held other bytes (the allocation is filled with 0x55 here, as reused heap memory may be)."""
+@pytest.mark.parametrize("one_op", [True, False], ids=["one op", "border only"])
+def test_pad_zero_pads_with_zeros_in_either_layout(monkeypatch, shape, p, one_op):
+    """im2col.pad_zero, by one torch op (small tensors) or zeroing only the border of an uninitialised buffer:
+    every border byte is 0 even where the buffer held other bytes (the allocation is filled with 0x55 here,
+    as reused heap memory may be), and the layout family is kept."""
+    monkeypatch.setattr(cpu.im2col, "PAD_ONE_OP_BYTES", 1 << 20 if one_op else 0)
     gen = torch.Generator().manual_seed(len(shape))
     x = torch.randint(-127, 128, shape, generator=gen, dtype=torch.int8)
     want = torch.nn.functional.pad(x.float(), [v for b in reversed(p) for v in (b, b)]).to(torch.int8)
@@ -650,3 +653,4 @@ def test_pad_zero_pads_with_zeros_in_either_layout(monkeypatch, shape, p):
             m.setattr(torch, "empty", lambda *a, **kw: real_empty(*a, **kw).fill_(0x55))
             got = cpu.im2col.pad_zero(xx, p)
         assert torch.equal(got, want)
+        assert cpu.memory.is_cl(got) == cpu.memory.is_cl(xx)

@@ -11,6 +11,7 @@ import functools
 import math
 
 import torch
+import torch.nn.functional as F
 
 from . import native, routes
 from .memory import as_cl, empty_cl, huge_pages, is_cl
@@ -19,6 +20,10 @@ from .quantizer import dequantize
 # weight grad: batch chunk such that the im2col of a chunk has about this many bytes (measured: 8 MB
 # beat 2 and 16 MB and an unchunked im2col, whose fresh >32 MB buffers cost page faults)
 IM2COL_CHUNK_BYTES = 8 << 20
+# pad_zero: padded tensors up to this size are made by one torch op (a fill of the whole buffer and a copy):
+# there the 2 * nd + 1 margin fills and copy, each a dispatch, cost more than the bytes (a small layer's
+# fixed cost, docs/measurements.md); above it only the border is zeroed
+PAD_ONE_OP_BYTES = 1 << 20
 
 
 def mm_operand(t: torch.Tensor) -> torch.Tensor:
@@ -61,6 +66,9 @@ def pad_zero(xq: torch.Tensor, p) -> torch.Tensor:
     """Zero-pad the spatial dims (int8), keeping the memory layout family."""
     if not any(p):
         return xq
+    # F.pad keeps torch's memory formats (channels-last 2-D and 3-D), not a 1-D channels-last layout
+    if xq.numel() * xq.element_size() <= PAD_ONE_OP_BYTES and (xq.dim() in (4, 5) or not is_cl(xq)):
+        return F.pad(xq, [v for b in reversed(p) for v in (b, b)])
     n, c, *sp = xq.shape
     shape = (n, c, *(a + 2 * b for a, b in zip(sp, p, strict=True)))
     xp = empty_cl(shape, xq.dtype) if is_cl(xq) else torch.empty(shape, dtype=xq.dtype)

@@ -341,6 +341,11 @@ def _phases(length: int, out: int, k: int, s: int, p: int, d: int):
         yield phi, n_phi, (taps[::-1], dd, pad, pad - pl)
 
 
+# tap_major_transposed: weights of up to this many codes with every tap are built by a flip and one copy (two
+# passes over the weight, three dispatches); larger ones copy once, tap by tap
+TAP_MAJOR_ONE_OP = 1 << 16
+
+
 def tap_major_transposed(wq: torch.Tensor, taps) -> torch.Tensor:
     """The ungrouped transposed convolution's weight (Cin, Cout, *len(taps)) with wq's taps[i] along
     spatial dimension i, in that order, laid out tap-major, (*taps, Cout, Cin) in memory.
@@ -349,6 +354,13 @@ def tap_major_transposed(wq: torch.Tensor, taps) -> torch.Tensor:
     transposing the weight itself (or index_select on its transposed view) moves single bytes, several
     times slower (docs/measurements.md). conv_exact reads the result as a view."""
     nd = len(taps)
+    k = wq.shape[2:]
+    whole = all(list(t) in (list(range(k[i])), list(range(k[i]))[::-1]) for i, t in enumerate(taps))
+    if whole and wq.numel() <= TAP_MAJOR_ONE_OP:
+        # every tap, in order or reversed: a flip and one copy, not one copy (and two selects) per tap
+        flipped = [2 + i for i, t in enumerate(taps) if len(t) > 1 and t[0] > t[-1]]
+        w = wq.flip(flipped) if flipped else wq
+        return w.permute(*range(2, 2 + nd), 0, 1).contiguous().permute(nd + 1, nd, *range(nd))
     out = torch.empty((*(len(t) for t in taps), *wq.shape[:2]), dtype=wq.dtype)
     for idx in itertools.product(*(range(len(t)) for t in taps)):
         out[idx].copy_(wq[(slice(None), slice(None), *(t[i] for t, i in zip(taps, idx, strict=True)))])
