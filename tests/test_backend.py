@@ -606,7 +606,11 @@ def test_onednn_scales_its_own_output_as_the_epilogue(monkeypatch, guard, chunk,
         ((3, 16, 9, 8), (24, 16, 1, 1), (1, 0, 1, 1)),  # 1x1: im2col's view + _int_mm (the native GEMM)
         ((2, 24, 9, 9), (24, 1, 3, 3), (2, 1, 1, 24)),  # depthwise: the native kernels
         ((2, 16, 10, 9), (8, 4, 3, 3), (2, 1, 1, 4)),  # grouped, strided phases
-        ((2, 40, 11, 10), (24, 40, 3, 3), (2, 1, 1, 1)),  # oneDNN's phases where it is the route
+        (
+            (2, 40, 20, 18),
+            (24, 40, 3, 3),
+            (2, 1, 1, 1),
+        ),  # > 64 positions: oneDNN's phases where it is the route
     ],
 )
 def test_bfloat16_epilogue_on_every_route(x_shape, w_shape, geometry):

@@ -201,9 +201,8 @@ def _conv_int(
             dst[n0 : n0 + chunk] = part[window]
             continue
         if chunk >= n:
-            if (
-                scale is not None and out_dtype != torch.float32
-            ):  # oneDNN's bfloat16 (or a fallback's float32)
+            # oneDNN's bfloat16 (or a refused chunk's float32, rounded)
+            if scale is not None and out_dtype != torch.float32:
                 return _as_dtype(part, scale, out_dtype)
             if scale is not None:  # already the epilogue's float32, as its view of an int32 buffer
                 return native.as_float_view(part.view(torch.int32))  # (autograd: native.py's docstring)
