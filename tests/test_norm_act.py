@@ -127,6 +127,55 @@ def test_backward_facts_are_the_quantizers():
     assert s.item() == s_f.item() and torch.equal(q, q_f)
 
 
+PER_CHANNEL = (1, -1, 1, 1)
+
+
+@pytest.mark.parametrize("act", list(BOUNDS))
+def test_bfloat16_forward_stores_the_float32_values_rounded(act):
+    """A bfloat16 x: the statistics the float32 kernel finds for the same values, y bit for bit
+    bf16(clamp(x a + b)), and the codes and scale the quantizer gives for that bfloat16 y."""
+    x = _input(seed=6).bfloat16()
+    gen = torch.Generator().manual_seed(6)
+    w, b = torch.randn(20, generator=gen), torch.randn(20, generator=gen) + 2.0
+    y, var, saved = cpu.norm_act_forward(x, w, b, 1e-5, *BOUNDS[act])
+    assert y.dtype == torch.bfloat16 and y.stride() == x.stride()
+    _, var32, saved32 = cpu.norm_act_forward(x.float(), w, b, 1e-5, *BOUNDS[act])
+    assert torch.equal(var, var32) and torch.equal(saved.a, saved32.a) and torch.equal(saved.b, saved32.b)
+    z = x.float() * saved.a.reshape(PER_CHANNEL) + saved.b.reshape(PER_CHANNEL)
+    assert torch.equal(y, z.clamp(*BOUNDS[act]).bfloat16())
+    q, s = cpu.absmax_quantize(y)
+    assert q is known.recall(y).codes
+    q_fresh, s_fresh = cpu.absmax_quantize(y.clone())
+    assert s.item() == s_fresh.item() and torch.equal(q, q_fresh)
+
+
+def test_bfloat16_backward_masks_by_the_stored_output():
+    """ReLU6 passes no gradient where the bfloat16 y holds 6, though x a + b is below 6 in float32 (torch's
+    ReLU6 sees the rounded value); gx is float64 BatchNorm's gradient of g so masked, rounded to bfloat16,
+    and its facts are the quantizer's for that bfloat16 gx."""
+    x = _input(seed=7).bfloat16()
+    w, b = torch.ones(20), torch.full((20,), 6.0)  # a third of the outputs within a few spacings of 6
+    y, _, saved = cpu.norm_act_forward(x, w, b, 1e-5, 0.0, 6.0)
+    z = x.float() * saved.a.reshape(PER_CHANNEL) + saved.b.reshape(PER_CHANNEL)
+    assert ((z < 6.0) & (y == 6.0)).sum() >= 5  # the cases this test is about
+    g = torch.randn(x.shape, generator=torch.Generator().manual_seed(7)).bfloat16()
+    g = g.contiguous(memory_format=torch.channels_last)
+    gx, gw, gb = cpu.norm_act_backward(g, x, w, saved)
+    assert gx.dtype == torch.bfloat16 and gx.stride() == x.stride() and gw.dtype == torch.float32
+    xr, wr, br = (t.double().requires_grad_() for t in (x, w, b))
+    ref = F.batch_norm(xr, None, None, wr, br, True, 0.1, 1e-5)
+    want = torch.autograd.grad(ref, [xr, wr, br], g.double() * ((y > 0) & (y < 6)))
+    torch.testing.assert_close(gx.double(), want[0], rtol=1e-2, atol=2e-3)
+    torch.testing.assert_close(gw.double(), want[1], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gb.double(), want[2], rtol=1e-5, atol=1e-4)
+    fresh = gx.clone()
+    for axis in (1, None):
+        amax, sigma = cpu.channel_stats(gx, axis)
+        amax_f, sigma_f = cpu.channel_stats(fresh, axis)
+        assert torch.equal(amax, amax_f)
+        torch.testing.assert_close(sigma, sigma_f, rtol=1e-5, atol=1e-7)
+
+
 def test_a_changed_tensor_loses_its_facts():
     x = _input(seed=3)
     y, _, _ = cpu.norm_act_forward(x, None, None, 1e-5, -math.inf, math.inf)
@@ -208,6 +257,34 @@ def test_a_fused_module_trains_and_evaluates_as_torchs(channels_last, momentum, 
     ref.eval(), fused.eval()
     x = torch.randn(2, 12, 4, 5).contiguous(memory_format=fmt)
     torch.testing.assert_close(fused(x), ref(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_fused_module_under_bf16_autocast_trains_as_torchs():
+    """Under bf16 autocast the int8 convolutions hand BatchNorm bfloat16: the fused kernel takes it and gives
+    torch's bfloat16 values, gradients and running statistics, to bfloat16's precision."""
+    torch.manual_seed(1)
+    ref = nn.Sequential(nn.BatchNorm2d(12), nn.ReLU6())
+    fused = quantize_model(copy.deepcopy(ref), "gq")
+    for m in (ref, fused):
+        with torch.no_grad():
+            m[0].weight.copy_(torch.linspace(-1, 2, 12))
+            m[0].bias.copy_(torch.linspace(-0.5, 3, 12))
+    for _ in range(2):
+        x = (torch.randn(6, 12, 4, 5) * 2 + 0.5).bfloat16().contiguous(memory_format=torch.channels_last)
+        outs = []
+        for m in (ref, fused):
+            xi = x.clone().requires_grad_()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = m(xi)
+            assert (known.recall(y) is not None) == (m is fused)  # the kernel kept y's codes: it ran
+            y.float().backward(torch.ones(y.shape))
+            outs.append((y.detach(), xi.grad))
+        assert outs[1][0].dtype == outs[1][1].dtype == torch.bfloat16
+        torch.testing.assert_close(outs[1][0], outs[0][0], rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(outs[1][1], outs[0][1], rtol=2e-2, atol=2e-2)
+    for name, buf in ref[0].named_buffers():
+        torch.testing.assert_close(getattr(fused[0], name), buf, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(fused[0].weight.grad, ref[0].weight.grad, rtol=2e-2, atol=2e-2)
 
 
 def test_a_fused_model_pickles_and_round_trips(tmp_path):

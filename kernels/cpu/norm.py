@@ -6,8 +6,12 @@ max|gx| and moments. Both are kept in kernels.cpu.known for the quantizer that r
     y  = clamp((x - mean) * invstd * w + b, lo, hi)       lo, hi: ReLU (0, inf), ReLU6 (0, 6), none
     gx = invstd w (g' - mean(g') - xhat mean(g' xhat)),   g' = g where lo < y < hi (strictly)
 
-mean and the biased variance are the batch's, per channel, summed in double. Float32 tensors with channels
-innermost in memory only (channels-last: what the int8 convolutions return); `supported` says which.
+mean and the biased variance are the batch's, per channel, summed in double. Float32 or bfloat16 tensors
+(under bf16 autocast the int8 convolutions return bfloat16) with channels innermost in memory only
+(channels-last: what the int8 convolutions return); `supported` says which. The arithmetic is float32's; a
+bfloat16 y or gx holds its values rounded to nearest even, and its codes, scale, statistics and the
+activation's mask are those of the rounded values, as torch's bfloat16 BatchNorm and ReLU would give them
+to the next layer.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from . import known, runtime
 from .memory import cl_row_stride
 from .runtime import pointer
 
+DTYPES = (torch.float32, torch.bfloat16)
+
 
 def supported(x: torch.Tensor) -> bool:
-    """Whether the fused kernels take x: float32 on the CPU, channels innermost and dense, more than one
-    value per channel, and the native library built."""
-    if x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() < 2:
+    """Whether the fused kernels take x: float32 or bfloat16 on the CPU, channels innermost and dense, more
+    than one value per channel, and the native library built."""
+    if x.device.type != "cpu" or x.dtype not in DTYPES or x.dim() < 2:
         return False
     if x.numel() <= x.shape[1] or x.stride(1) != 1:
         return False
@@ -69,7 +75,7 @@ def forward(x, weight, bias, eps: float, lo: float, hi: float, running=None, mom
     bad = runtime.library().rq_norm_forward(
         pointer(x), pointer(y), pointer(q), n, c, pointer(w), pointer(bb), eps, lo, hi,
         pointer(mean), pointer(invstd), pointer(var), pointer(a), pointer(b), pointer(scale),
-        pointer(rm), pointer(rv), momentum,
+        pointer(rm), pointer(rv), momentum, int(x.dtype == torch.bfloat16),
     )  # fmt: skip
     if bad:
         raise NonFiniteError(f"non-finite values in BatchNorm's input or output of shape {tuple(x.shape)}")
@@ -78,12 +84,12 @@ def forward(x, weight, bias, eps: float, lo: float, hi: float, running=None, mom
 
 
 def backward(g: torch.Tensor, x: torch.Tensor, weight, saved: Saved):
-    """(gx, grad of the weight, grad of the bias), float32; gx laid out as x, its per-channel max|gx|,
+    """(gx, grad of the weight, grad of the bias); gx of x's dtype and layout, its per-channel max|gx|,
     moments and standard deviation kept (kernels.cpu.known) unless gx has a NaN or an Inf (the quantizer
     then raises on it)."""
     c = x.shape[1]
     n = x.numel() // c
-    if g.dtype != torch.float32 or g.stride() != x.stride():
+    if g.dtype != x.dtype or g.stride() != x.stride():
         g = torch.empty_like(x).copy_(g)  # x's layout (an upstream op may hand a gradient in another)
     gx, gw, gb = torch.empty_like(x), torch.empty(c), torch.empty(c)  # of their own: autograd keeps gw, gb
     gmax, sd = torch.empty(c), torch.empty(c)
@@ -93,6 +99,7 @@ def backward(g: torch.Tensor, x: torch.Tensor, weight, saved: Saved):
         pointer(g), pointer(x), pointer(gx), n, c, pointer(w),
         pointer(s.a), pointer(s.b), s.lo, s.hi, pointer(s.mean), pointer(s.invstd),
         pointer(gw), pointer(gb), pointer(gmax), pointer(m1), pointer(m2), pointer(sd),
+        int(x.dtype == torch.bfloat16),
     )  # fmt: skip
     if not bad:
         known.remember(gx, known.Facts(channel_max=gmax, channel_sums=(m1, m2), channel_std=sd))

@@ -25,7 +25,7 @@ import torch
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
 SOURCES = ("quantize.cpp", "gemm.cpp", "depthwise.cpp", "float_format.cpp", "norm.cpp")
-HEADERS = ("philox.h", "codes.h", "moments.h")
+HEADERS = ("philox.h", "codes.h", "moments.h", "bf16.h")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 
 
@@ -113,8 +113,9 @@ def library() -> ctypes.CDLL | None:
     f64 = ctypes.c_double
     # (x or g, y or x, the output, rows, C) ... (lo, hi, then six per-channel arrays)
     tensors, bounds_and_channels = (ptr, ptr, ptr, i64, i64), (f32, f32) + (ptr,) * 6
-    lib.rq_norm_forward.argtypes = (*tensors, ptr, ptr, f64, *bounds_and_channels, ptr, ptr, f64)
-    lib.rq_norm_backward.argtypes = (*tensors, ptr, ptr, ptr, *bounds_and_channels, ptr, ptr)
+    # ... and last, whether the tensors are bfloat16 (else float32)
+    lib.rq_norm_forward.argtypes = (*tensors, ptr, ptr, f64, *bounds_and_channels, ptr, ptr, f64, i32)
+    lib.rq_norm_backward.argtypes = (*tensors, ptr, ptr, ptr, *bounds_and_channels, ptr, ptr, i32)
     for fn in (lib.rq_norm_forward, lib.rq_norm_backward):
         fn.restype = i32
     return lib

@@ -12,7 +12,10 @@
 //
 // Unfused, torch's BatchNorm, its activation (with the copy autograd keeps of an in-place ReLU6) and the
 // quantizer's max and codes read or write every element 9 times forward and 9 times backward; here 4 and 5
-// (docs/kernels.md). Tensors are float32, channels innermost: rows x C (N, H, W flattened).
+// (docs/kernels.md). Tensors are float32 or bfloat16 (all of one call the same), channels innermost: rows x C
+// (N, H, W flattened). The arithmetic is float32's either way; a bfloat16 tensor holds the values rounded to
+// nearest even, and what reads a written value back (its codes and scale, the activation's mask, gx's
+// statistics) reads the rounded one, as torch's bfloat16 BatchNorm and the layers after it would.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -25,16 +28,62 @@
 #include <immintrin.h>
 #endif
 
+#include "bf16.h"
 #include "codes.h"
 #include "moments.h"
 
 namespace rq {
 
+// The element types: float, and bfloat16 held as uint16_t. load gives the float, round the float a store
+// keeps, store8's `stream` asks for a non-temporal store (callers ask only where the address is aligned).
+template <class T>
+struct Elem;
+
+template <>
+struct Elem<float> {
+    static float load(const float* p) { return *p; }
+    static float round(float v) { return v; }
+    static void store(float* p, float v) { *p = v; }
+#ifdef __AVX2__
+    static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+    static __m256 round8(__m256 v) { return v; }
+    static void store8(float* p, __m256 v, bool stream) {
+        if (stream) _mm256_stream_ps(p, v);
+        else _mm256_storeu_ps(p, v);
+    }
+#endif
+};
+
+template <>
+struct Elem<uint16_t> {
+    static float load(const uint16_t* p) { return bf16_to_f32(*p); }
+    static float round(float v) { return round_bf16(v); }
+    static void store(uint16_t* p, float v) { *p = f32_to_bf16(v); }
+#ifdef __AVX2__
+    static __m256 load8(const uint16_t* p) { return load_bf16x8(p); }
+    static __m256 round8(__m256 v) { return round_bf16x8(v); }
+    static void store8(uint16_t* p, __m256 v, bool stream) {
+        if (!stream) return store_bf16x8(p, v);
+        const __m256i r = bf16_bits8(v);
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+    }
+#endif
+};
+
 constexpr int64_t NORM_PARALLEL_MIN = 1 << 15;  // elements below which a pass stays on one thread
 constexpr int64_t NORM_BLOCK = 64;              // rows whose float sums go into double together
 // outputs of this many bytes and more are written with non-temporal stores: they outgrow the caches, and a
 // plain store first reads each line it overwrites (forward 16%, backward 22% faster at 38 MB, Zen 3)
-constexpr int64_t STREAM_BYTES = 4 << 20;
+constexpr int64_t STREAM_BYTES_MIN = 4 << 20;
+
+// whether an output of rows x C elements at p goes out by non-temporal stores: large enough, and every
+// 8-channel group aligned (32 bytes of float, 16 of bfloat16)
+template <class T>
+static inline bool streamed(const T* p, int64_t rows, int64_t C) {
+    return rows * C * (int64_t)sizeof(T) >= STREAM_BYTES_MIN && C % 8 == 0 &&
+           reinterpret_cast<uintptr_t>(p) % (8 * sizeof(T)) == 0;
+}
 
 // Per-thread, per-channel sums: float over a block of rows, then double; float min / max.
 // A thread's values start `stride` after the previous thread's, 64 bytes apart at least: two threads
@@ -109,16 +158,18 @@ static void over_rows(int64_t rows, int64_t C, Partials& P, Body body) {
 // Forward statistics of x (rows x C): sums of d = x - shift_c and d^2, min and max per channel. Returns 1 on
 // a NaN or an Inf (Partials::reduce). The shift (the first row) keeps E[d^2] - E[d]^2 from cancelling where
 // |mean| >> std.
-static int norm_stats(const float* x, int64_t rows, int64_t C, const float* shift, double* s1, double* s2, float* mn,
+template <class T>
+static int norm_stats(const T* x, int64_t rows, int64_t C, const float* shift, double* s1, double* s2, float* mn,
                       float* mx) {
+    using E = Elem<T>;
     Partials P(C);
     over_rows(rows, C, P, [&](size_t o, int64_t r) {
         float *p1 = P.f1.data() + o, *p2 = P.f2.data() + o, *lo = P.lo.data() + o, *hi = P.hi.data() + o;
-        const float* row = x + r * C;
+        const T* row = x + r * C;
         int64_t c = 0;
 #ifdef __AVX2__
         for (; c + 8 <= C; c += 8) {
-            const __m256 a = _mm256_loadu_ps(row + c), d = _mm256_sub_ps(a, _mm256_loadu_ps(shift + c));
+            const __m256 a = E::load8(row + c), d = _mm256_sub_ps(a, _mm256_loadu_ps(shift + c));
             _mm256_storeu_ps(p1 + c, _mm256_add_ps(_mm256_loadu_ps(p1 + c), d));
             _mm256_storeu_ps(p2 + c, _mm256_add_ps(_mm256_loadu_ps(p2 + c), _mm256_mul_ps(d, d)));
             _mm256_storeu_ps(lo + c, _mm256_min_ps(_mm256_loadu_ps(lo + c), a));
@@ -126,7 +177,7 @@ static int norm_stats(const float* x, int64_t rows, int64_t C, const float* shif
         }
 #endif
         for (; c < C; ++c) {
-            const float a = row[c], d = a - shift[c];
+            const float a = E::load(row + c), d = a - shift[c];
             p1[c] += d;
             p2[c] += d * d;
             lo[c] = std::fmin(lo[c], a);
@@ -150,11 +201,13 @@ static float norm_output_absmax(const float* mn, const float* mx, int64_t C, con
     return s;
 }
 
-// y = clamp(x a_c + b_c, lo, hi); q (unless null) = the nearest codes of y with scale s
-static void norm_apply(const float* x, float* y, int8_t* q, int64_t rows, int64_t C, const float* a, const float* b,
-                       float lo, float hi, float s) {
+// y = clamp(x a_c + b_c, lo, hi); q (unless null) = the nearest codes of y (as stored) with scale s
+template <class T>
+static void norm_apply(const T* x, T* y, int8_t* q, int64_t rows, int64_t C, const float* a, const float* b, float lo,
+                       float hi, float s) {
+    using E = Elem<T>;
     const float inv = inv_scale(s);
-    const bool stream = rows * C * 4 >= STREAM_BYTES && C % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 32 == 0;
+    const bool stream = streamed(y, rows, C);
 #pragma omp parallel if (rows * C >= NORM_PARALLEL_MIN)
     {
 #pragma omp for schedule(static)
@@ -164,17 +217,16 @@ static void norm_apply(const float* x, float* y, int8_t* q, int64_t rows, int64_
 #ifdef __AVX2__
             const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi), vinv = _mm256_set1_ps(inv);
             for (; c + 8 <= C; c += 8) {
-                const __m256 z = _mm256_add_ps(
-                    _mm256_mul_ps(_mm256_loadu_ps(x + base + c), _mm256_loadu_ps(a + c)), _mm256_loadu_ps(b + c));
-                const __m256 v = _mm256_min_ps(_mm256_max_ps(z, vlo), vhi);
-                if (stream) _mm256_stream_ps(y + base + c, v);
-                else _mm256_storeu_ps(y + base + c, v);
+                const __m256 z =
+                    _mm256_add_ps(_mm256_mul_ps(E::load8(x + base + c), _mm256_loadu_ps(a + c)), _mm256_loadu_ps(b + c));
+                const __m256 v = E::round8(_mm256_min_ps(_mm256_max_ps(z, vlo), vhi));
+                E::store8(y + base + c, v, stream);
                 if (q) store8(q + base + c, codes_nearest8(v, vinv));  // read next by the convolution: cached
             }
 #endif
             for (; c < C; ++c) {
-                const float v = activate(x[base + c] * a[c] + b[c], lo, hi);
-                y[base + c] = v;
+                const float v = E::round(activate(E::load(x + base + c) * a[c] + b[c], lo, hi));
+                E::store(y + base + c, v);
                 if (q) q[base + c] = code_nearest(v, inv);
             }
         }
@@ -184,81 +236,88 @@ static void norm_apply(const float* x, float* y, int8_t* q, int64_t rows, int64_
     }
 }
 
-// g' = g where lo < x a + b < hi (torch's activation backward passes the gradient where its output lies
-// strictly inside the bounds); the vector form also gives d = x - mean, for the 8 channels from c
+// g' = g where lo < x a + b < hi, x a + b as stored (torch's activation backward passes the gradient where
+// its input, the BatchNorm's output, lies strictly inside the bounds); the vector form also gives
+// d = x - mean, for the 8 channels from c
+template <class T>
 static inline float masked1(float g, float x, float a, float b, float lo, float hi) {
-    const float z = x * a + b;
+    const float z = Elem<T>::round(x * a + b);
     return (z > lo && z < hi) ? g : 0.0f;
 }
 
 #ifdef __AVX2__
-static inline void masked8(const float* gr, const float* xr, const float* a, const float* b, const float* mean,
-                           int64_t c, __m256 lo, __m256 hi, __m256& gp, __m256& d) {
-    const __m256 xv = _mm256_loadu_ps(xr + c);
-    const __m256 z = _mm256_add_ps(_mm256_mul_ps(xv, _mm256_loadu_ps(a + c)), _mm256_loadu_ps(b + c));
+template <class T>
+static inline void masked8(const T* gr, const T* xr, const float* a, const float* b, const float* mean, int64_t c,
+                           __m256 lo, __m256 hi, __m256& gp, __m256& d) {
+    using E = Elem<T>;
+    const __m256 xv = E::load8(xr + c);
+    const __m256 z = E::round8(_mm256_add_ps(_mm256_mul_ps(xv, _mm256_loadu_ps(a + c)), _mm256_loadu_ps(b + c)));
     const __m256 inside = _mm256_and_ps(_mm256_cmp_ps(z, lo, _CMP_GT_OQ), _mm256_cmp_ps(z, hi, _CMP_LT_OQ));
-    gp = _mm256_and_ps(_mm256_loadu_ps(gr + c), inside);
+    gp = _mm256_and_ps(E::load8(gr + c), inside);
     d = _mm256_sub_ps(xv, _mm256_loadu_ps(mean + c));
 }
 #endif
 
 // Backward sums per channel: of g' and of g' (x - mean_c)
-static void norm_grad_sums(const float* g, const float* x, int64_t rows, int64_t C, const float* a, const float* b,
-                           float lo, float hi, const float* mean, double* sg, double* sgx) {
+template <class T>
+static void norm_grad_sums(const T* g, const T* x, int64_t rows, int64_t C, const float* a, const float* b, float lo,
+                           float hi, const float* mean, double* sg, double* sgx) {
+    using E = Elem<T>;
     Partials P(C);
     over_rows(rows, C, P, [&](size_t o, int64_t r) {
         float *p1 = P.f1.data() + o, *p2 = P.f2.data() + o;
-        const float *gr = g + r * C, *xr = x + r * C;
+        const T *gr = g + r * C, *xr = x + r * C;
         int64_t c = 0;
 #ifdef __AVX2__
         const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
         for (; c + 8 <= C; c += 8) {
             __m256 gp, d;
-            masked8(gr, xr, a, b, mean, c, vlo, vhi, gp, d);
+            masked8<T>(gr, xr, a, b, mean, c, vlo, vhi, gp, d);
             _mm256_storeu_ps(p1 + c, _mm256_add_ps(_mm256_loadu_ps(p1 + c), gp));
             _mm256_storeu_ps(p2 + c, _mm256_add_ps(_mm256_loadu_ps(p2 + c), _mm256_mul_ps(gp, d)));
         }
 #endif
         for (; c < C; ++c) {
-            const float gp = masked1(gr[c], xr[c], a[c], b[c], lo, hi);
+            const float xc = E::load(xr + c), gp = masked1<T>(E::load(gr + c), xc, a[c], b[c], lo, hi);
             p1[c] += gp;
-            p2[c] += gp * (xr[c] - mean[c]);
+            p2[c] += gp * (xc - mean[c]);
         }
     });
     P.reduce(sg, sgx, nullptr, nullptr);
 }
 
 // gx = g' c1_c + (x - mean_c) c2_c + c3_c, with per channel max|gx| (gmax), sum (s1) and sum of squares (s2)
-// of gx. Returns 1 where gx has a NaN or an Inf (Partials::reduce).
-static int norm_grad_apply(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* a,
-                           const float* b, float lo, float hi, const float* mean, const float* c1, const float* c2,
-                           const float* c3, float* gmax, double* s1, double* s2) {
+// of gx as stored. Returns 1 where gx has a NaN or an Inf (Partials::reduce).
+template <class T>
+static int norm_grad_apply(const T* g, const T* x, T* gx, int64_t rows, int64_t C, const float* a, const float* b,
+                           float lo, float hi, const float* mean, const float* c1, const float* c2, const float* c3,
+                           float* gmax, double* s1, double* s2) {
+    using E = Elem<T>;
     Partials P(C);  // hi holds max|gx| (from -inf: every |gx| is above it)
-    const bool stream = rows * C * 4 >= STREAM_BYTES && C % 8 == 0 && reinterpret_cast<uintptr_t>(gx) % 32 == 0;
+    const bool stream = streamed(gx, rows, C);
     over_rows(rows, C, P, [&](size_t o, int64_t r) {
         float *p1 = P.f1.data() + o, *p2 = P.f2.data() + o, *m = P.hi.data() + o;
-        const float *gr = g + r * C, *xr = x + r * C;
-        float* out = gx + r * C;
+        const T *gr = g + r * C, *xr = x + r * C;
+        T* out = gx + r * C;
         int64_t c = 0;
 #ifdef __AVX2__
         const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
         for (; c + 8 <= C; c += 8) {
             __m256 gp, d;
-            masked8(gr, xr, a, b, mean, c, vlo, vhi, gp, d);
-            const __m256 v = _mm256_add_ps(
+            masked8<T>(gr, xr, a, b, mean, c, vlo, vhi, gp, d);
+            const __m256 v = E::round8(_mm256_add_ps(
                 _mm256_add_ps(_mm256_mul_ps(gp, _mm256_loadu_ps(c1 + c)), _mm256_mul_ps(d, _mm256_loadu_ps(c2 + c))),
-                _mm256_loadu_ps(c3 + c));
-            if (stream) _mm256_stream_ps(out + c, v);
-            else _mm256_storeu_ps(out + c, v);
+                _mm256_loadu_ps(c3 + c)));
+            E::store8(out + c, v, stream);
             _mm256_storeu_ps(m + c, _mm256_max_ps(_mm256_loadu_ps(m + c), abs8(v)));
             _mm256_storeu_ps(p1 + c, _mm256_add_ps(_mm256_loadu_ps(p1 + c), v));
             _mm256_storeu_ps(p2 + c, _mm256_add_ps(_mm256_loadu_ps(p2 + c), _mm256_mul_ps(v, v)));
         }
 #endif
         for (; c < C; ++c) {
-            const float gp = masked1(gr[c], xr[c], a[c], b[c], lo, hi);
-            const float v = gp * c1[c] + (xr[c] - mean[c]) * c2[c] + c3[c];
-            out[c] = v;
+            const float xc = E::load(xr + c), gp = masked1<T>(E::load(gr + c), xc, a[c], b[c], lo, hi);
+            const float v = E::round(gp * c1[c] + (xc - mean[c]) * c2[c] + c3[c]);
+            E::store(out + c, v);
             m[c] = std::fmax(m[c], std::fabs(v));
             p1[c] += v;
             p2[c] += v * v;
@@ -272,14 +331,16 @@ static int norm_grad_apply(const float* g, const float* x, float* gx, int64_t ro
 // torch's BatchNorm moves them (Normalization.cpp, batch_norm_cpu_update_stats_template: in double, from
 // the float32 mean and the unbiased variance, with momentum `factor`), here rather than in five torch ops
 // (tens of microseconds a layer). Returns 1 on a NaN or an Inf in x or in the scale.
-static int norm_forward(const float* x, float* y, int8_t* q, int64_t rows, int64_t C, const float* weight,
-                        const float* bias, double eps, float lo, float hi, float* mean, double* invstd, double* var,
-                        float* a, float* b, float* scale, float* running_mean, float* running_var, double factor) {
+template <class T>
+static int norm_forward(const T* x, T* y, int8_t* q, int64_t rows, int64_t C, const float* weight, const float* bias,
+                        double eps, float lo, float hi, float* mean, double* invstd, double* var, float* a, float* b,
+                        float* scale, float* running_mean, float* running_var, double factor) {
     std::vector<double> s1(C), s2(C);
-    std::vector<float> mn(C), mx(C);
-    if (norm_stats(x, rows, C, x, s1.data(), s2.data(), mn.data(), mx.data())) return 1;  // shift: row 0
+    std::vector<float> mn(C), mx(C), shift(C);
+    for (int64_t c = 0; c < C; ++c) shift[c] = Elem<T>::load(x + c);  // row 0
+    if (norm_stats(x, rows, C, shift.data(), s1.data(), s2.data(), mn.data(), mx.data())) return 1;
     for (int64_t c = 0; c < C; ++c) {
-        const double d = s1[c] / rows, m = (double)x[c] + d;
+        const double d = s1[c] / rows, m = (double)shift[c] + d;
         var[c] = std::max(0.0, s2[c] / rows - d * d);
         invstd[c] = 1.0 / std::sqrt(var[c] + eps);
         const double ac = weight ? invstd[c] * weight[c] : invstd[c];
@@ -287,7 +348,8 @@ static int norm_forward(const float* x, float* y, int8_t* q, int64_t rows, int64
         a[c] = (float)ac;
         b[c] = (float)((bias ? (double)bias[c] : 0.0) - m * ac);
     }
-    *scale = norm_output_absmax(mn.data(), mx.data(), C, a, b, lo, hi);
+    // rounding is monotone and odd: the largest |y| stored is the largest |y| rounded
+    *scale = Elem<T>::round(norm_output_absmax(mn.data(), mx.data(), C, a, b, lo, hi));
     if (!std::isfinite(*scale)) return 1;
     const double bessel = (double)rows / (double)std::max<int64_t>(1, rows - 1);  // biased -> unbiased
     for (int64_t c = 0; c < C; ++c) {
@@ -301,9 +363,10 @@ static int norm_forward(const float* x, float* y, int8_t* q, int64_t rows, int64
 // The backward pass: the sums, the weight's and bias's gradients, then gx with its per-channel max, sums and
 // standard deviation (gx = invstd w (g' - sum(g') / n - (x - mean) invstd^2 sum(g' (x - mean)) / n)).
 // Returns 1 where gx has a NaN or an Inf.
-static int norm_backward(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* weight,
-                         const float* a, const float* b, float lo, float hi, const float* mean, const double* invstd,
-                         float* gw, float* gb, float* gmax, double* m1, double* m2, float* sd) {
+template <class T>
+static int norm_backward(const T* g, const T* x, T* gx, int64_t rows, int64_t C, const float* weight, const float* a,
+                         const float* b, float lo, float hi, const float* mean, const double* invstd, float* gw,
+                         float* gb, float* gmax, double* m1, double* m2, float* sd) {
     std::vector<double> sg(C), sgx(C);
     norm_grad_sums(g, x, rows, C, a, b, lo, hi, mean, sg.data(), sgx.data());
     std::vector<float> c1(C), c2(C), c3(C);
@@ -327,17 +390,26 @@ using namespace rq;
 
 extern "C" {
 
-int rq_norm_forward(const float* x, float* y, int8_t* q, int64_t rows, int64_t C, const float* weight, const float* bias,
+// bf16: x, y (g, x, gx) are bfloat16, else float32
+int rq_norm_forward(const void* x, void* y, int8_t* q, int64_t rows, int64_t C, const float* weight, const float* bias,
                     double eps, float lo, float hi, float* mean, double* invstd, double* var, float* a, float* b,
-                    float* scale, float* running_mean, float* running_var, double factor) {
-    return norm_forward(x, y, q, rows, C, weight, bias, eps, lo, hi, mean, invstd, var, a, b, scale, running_mean,
-                        running_var, factor);
+                    float* scale, float* running_mean, float* running_var, double factor, int bf16) {
+    if (bf16)
+        return norm_forward(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), q, rows, C, weight, bias, eps,
+                            lo, hi, mean, invstd, var, a, b, scale, running_mean, running_var, factor);
+    return norm_forward(static_cast<const float*>(x), static_cast<float*>(y), q, rows, C, weight, bias, eps, lo, hi,
+                        mean, invstd, var, a, b, scale, running_mean, running_var, factor);
 }
 
-int rq_norm_backward(const float* g, const float* x, float* gx, int64_t rows, int64_t C, const float* weight,
+int rq_norm_backward(const void* g, const void* x, void* gx, int64_t rows, int64_t C, const float* weight,
                      const float* a, const float* b, float lo, float hi, const float* mean, const double* invstd,
-                     float* gw, float* gb, float* gmax, double* m1, double* m2, float* sd) {
-    return norm_backward(g, x, gx, rows, C, weight, a, b, lo, hi, mean, invstd, gw, gb, gmax, m1, m2, sd);
+                     float* gw, float* gb, float* gmax, double* m1, double* m2, float* sd, int bf16) {
+    if (bf16)
+        return norm_backward(static_cast<const uint16_t*>(g), static_cast<const uint16_t*>(x),
+                             static_cast<uint16_t*>(gx), rows, C, weight, a, b, lo, hi, mean, invstd, gw, gb, gmax, m1,
+                             m2, sd);
+    return norm_backward(static_cast<const float*>(g), static_cast<const float*>(x), static_cast<float*>(gx), rows, C,
+                         weight, a, b, lo, hi, mean, invstd, gw, gb, gmax, m1, m2, sd);
 }
 
 }  // extern "C"

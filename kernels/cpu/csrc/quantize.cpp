@@ -17,6 +17,7 @@
 
 #include <omp.h>
 
+#include "bf16.h"
 #include "codes.h"
 #include "moments.h"
 #include "philox.h"
@@ -27,13 +28,6 @@ enum Dtype { F32 = 0, BF16 = 1, F16 = 2 };
 // below this many elements a pass stays on one thread, as torch's grain size: a parallel region waits for
 // every thread, and on a loaded machine that wait cost milliseconds per call (measured)
 constexpr int64_t PARALLEL_MIN = 1 << 15;
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
 
 static inline float f16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
@@ -77,8 +71,7 @@ static inline __m256 load8(const void* p, int64_t i) {
     if constexpr (DT == F32) {
         return _mm256_loadu_ps(static_cast<const float*>(p) + i);
     } else if constexpr (DT == BF16) {
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+        return load_bf16x8(static_cast<const uint16_t*>(p) + i);
     } else {
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
     }
@@ -1019,28 +1012,6 @@ static int quantize_impl(const void* x, int8_t* q, const Plan& p, int stochastic
 // ------------------------------------------------------------------------------------------------------
 // the dequantizing epilogue: out = acc * scale (per tensor, or per channel over memory (outer, C, inner)),
 // float32 (in place over acc allowed) or bfloat16 (round to nearest even, as torch's .to(bfloat16))
-
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-#ifdef __AVX2__
-// f32_to_bf16 on 8 lanes, the same arithmetic (a scalar loop over the lanes made the bfloat16 epilogue 4x
-// slower than the float32 one, measured on an Intel AMX Xeon)
-static inline void store_bf16x8(uint16_t* dst, __m256 v) {
-    const __m256i u = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)), 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
-    // values < 2^16: packus keeps them; it packs within 128-bit lanes, the permute puts lanes 0 and 1 together
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(packed));
-}
-#endif
 
 // acc * scale for one run of `len` elements that share the scale `sc`, at element offset i of both buffers.
 static inline void dequantize_run(const int32_t* acc, void* out, int out_bf16, int64_t i, int64_t len, float sc) {
