@@ -84,32 +84,43 @@ def _channels_last_2d(t: torch.Tensor) -> torch.Tensor:
     )
 
 
-def _dw(fn, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, x_shape, out_hw, kernel, s, p, d, *scale):
+def _dw(fn, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, x_shape, out_hw, kernel, s, p, d, *scaled):
+    """scaled: (scale or None, whether out is bfloat16) for the forward pass and the input gradient."""
     n, c, h, w = x_shape
     geometry = int64_array([n, c, h, w, *out_hw, *kernel, *s, *p, *d])
-    if getattr(library(), fn)(pointer(a), pointer(b), pointer(out), geometry, *(pointer(t) for t in scale)):
+    extra = (pointer(scaled[0]), int(scaled[1])) if scaled else ()
+    if getattr(library(), fn)(pointer(a), pointer(b), pointer(out), geometry, *extra):
         raise ValueError(f"depthwise kernel {tuple(kernel)} has more taps than the native kernels take")
 
 
-def depthwise_forward(x, w, s, p, d, out_hw, scale=None) -> torch.Tensor:
+def _dw_out(shape, scale, out_dtype) -> torch.Tensor:
+    if scale is not None and out_dtype == torch.bfloat16:
+        return torch.empty(shape, dtype=torch.bfloat16)
+    return _out(None, shape, scale)
+
+
+def depthwise_forward(x, w, s, p, d, out_hw, scale=None, out_dtype=torch.float32) -> torch.Tensor:
     """Depthwise 2-D convolution of int8 x (N, C, H, W) with w (C, 1, KH, KW), zero padding p: int32
-    (N, C, OH, OW), channels-last (with `scale`: float32 acc * scale)."""
+    (N, C, OH, OW), channels-last (with `scale`: float32 acc * scale, or with out_dtype bfloat16 that value
+    rounded to nearest even, as the epilogue rounds it)."""
     x = _channels_last_2d(x)
     n, c = x.shape[:2]
     scale = _scale_arg(scale)
-    y = _out(None, (n, *out_hw, c), scale)
-    _dw("rq_dw_forward", x, w.contiguous(), y, x.shape, out_hw, w.shape[2:], s, p, d, scale)
+    y = _dw_out((n, *out_hw, c), scale, out_dtype)
+    bf16 = y.dtype == torch.bfloat16
+    _dw("rq_dw_forward", x, w.contiguous(), y, x.shape, out_hw, w.shape[2:], s, p, d, scale, bf16)
     return y.permute(0, 3, 1, 2)
 
 
-def depthwise_input_grad(g, w, x_shape, s, p, d, scale=None) -> torch.Tensor:
+def depthwise_input_grad(g, w, x_shape, s, p, d, scale=None, out_dtype=torch.float32) -> torch.Tensor:
     """dL/dx (N, C, H, W) int32, channels-last, of a depthwise 2-D convolution, from the int8 output
-    gradient g (N, C, OH, OW) (with `scale`: float32 acc * scale)."""
+    gradient g (N, C, OH, OW) (`scale` and `out_dtype`: as depthwise_forward's)."""
     g = _channels_last_2d(g)
     n, c, h, wd = x_shape
     scale = _scale_arg(scale)
-    dx = _out(None, (n, h, wd, c), scale)
-    _dw("rq_dw_input_grad", g, w.contiguous(), dx, x_shape, g.shape[2:], w.shape[2:], s, p, d, scale)
+    dx = _dw_out((n, h, wd, c), scale, out_dtype)
+    bf16 = dx.dtype == torch.bfloat16
+    _dw("rq_dw_input_grad", g, w.contiguous(), dx, x_shape, g.shape[2:], w.shape[2:], s, p, d, scale, bf16)
     return dx.permute(0, 3, 1, 2)
 
 

@@ -289,7 +289,7 @@ def conv_forward(
     _check_out_dtype(out_scale, out_dtype)
     nd, s, p, d, k, out = _geometry(xq.shape, wq.shape, stride, padding, dilation, groups)
     if routes.native_depthwise(nd, groups, xq.shape[1], wq.shape[0]):  # where _conv_int would send it
-        return _as_dtype(native.depthwise_forward(xq, wq, s, p, d, out, out_scale), out_scale, out_dtype)
+        return native.depthwise_forward(xq, wq, s, p, d, out, out_scale, out_dtype)
     if _pointwise(k, s, p, groups):
         y = _pointwise_gemm(xq, wq, out_scale, transposed=False)
         if y is not None:
@@ -379,9 +379,7 @@ def conv_input_grad(
     cout = wq.shape[0]
     check_grad_output(gq.shape, (n, cout, *out))
     if routes.native_depthwise(nd, groups, cin, cout):
-        return _as_dtype(
-            native.depthwise_input_grad(gq, wq, input_shape, s, p, d, out_scale), out_scale, out_dtype
-        )
+        return native.depthwise_input_grad(gq, wq, input_shape, s, p, d, out_scale, out_dtype)
     if _pointwise(k, s, p, groups):
         dx = _pointwise_gemm(gq, wq, out_scale, transposed=True)
         if dx is not None:

@@ -103,8 +103,8 @@ def library() -> ctypes.CDLL | None:
     axes = (i64, ptr, i64) * 2  # an operand's two axes: stride, table, run
     lib.rq_gemm_s8_tables.argtypes = (i64, i64, i64, ptr, *axes, ptr, *axes, ptr, i64, ptr)
     lib.rq_gemm_s8_tables.restype = None
-    for fn in (lib.rq_dw_forward, lib.rq_dw_input_grad):
-        fn.argtypes = (ptr, ptr, ptr, ptr, ptr)
+    for fn in (lib.rq_dw_forward, lib.rq_dw_input_grad):  # ..., scale, whether the output is bfloat16
+        fn.argtypes = (ptr, ptr, ptr, ptr, ptr, i32)
         fn.restype = i32
     lib.rq_dw_weight_grad.argtypes = (ptr, ptr, ptr, ptr)
     lib.rq_dw_weight_grad.restype = i32

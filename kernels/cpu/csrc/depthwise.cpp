@@ -15,6 +15,8 @@
 
 #include <omp.h>
 
+#include "bf16.h"
+
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
@@ -37,16 +39,20 @@ static inline __m256i load16(const int8_t* p) {
 }
 
 // vpmaddwd on unpacklo/hi pairs leaves channels (0-3, 8-11) in lo and (4-7, 12-15) in hi: put them back.
-// scale (nullable): store (float)acc * scale instead, the dequantizing epilogue's arithmetic
+// scale (nullable): store (float)acc * scale instead, the dequantizing epilogue's arithmetic; bf16: that value
+// rounded to bfloat16 (dst then holds bfloat16)
 static inline void store16(int32_t* dst, __m256i lo, __m256i hi, bool accumulate, const float* scale = nullptr,
-                           bool stream = false) {
+                           bool stream = false, bool bf16 = false) {
     const __m256i c0 = _mm256_permute2x128_si256(lo, hi, 0x20), c1 = _mm256_permute2x128_si256(lo, hi, 0x31);
     __m256i* d0 = reinterpret_cast<__m256i*>(dst);
     __m256i* d1 = reinterpret_cast<__m256i*>(dst + 8);
     if (scale) {
         const __m256 sv = _mm256_set1_ps(*scale);
         const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(c0), sv), v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(c1), sv);
-        if (stream) {
+        if (bf16) {
+            store_bf16x8(reinterpret_cast<uint16_t*>(dst), v0);
+            store_bf16x8(reinterpret_cast<uint16_t*>(dst) + 8, v1);
+        } else if (stream) {
             _mm256_stream_ps(reinterpret_cast<float*>(dst), v0);
             _mm256_stream_ps(reinterpret_cast<float*>(dst + 8), v1);
         } else {
@@ -65,9 +71,21 @@ static inline void store16(int32_t* dst, __m256i lo, __m256i hi, bool accumulate
 
 // whether a scaled output of `positions` x C floats at `out` goes out by non-temporal stores: large, and every
 // 16-channel block 32-byte aligned
-static bool streamed(const int32_t* out, int64_t positions, int64_t C, const float* scale) {
+static bool streamed(const void* out, int64_t positions, int64_t C, const float* scale) {
     return scale && positions * C * 4 >= STREAM_BYTES && C % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 32 == 0;
 }
+
+// where the forward pass and the input gradient put their sums: int32, or with a scale float32 acc * scale,
+// or with bf16 as well that value rounded to bfloat16 (the dequantizing epilogue's bfloat16 output)
+struct DwOut {
+    void* base;
+    const float* scale;
+    bool bf16;
+    // the output at element offset i, as store16 and gather_madd address it (a bfloat16 element is 2 bytes)
+    int32_t* at(int64_t i) const {
+        return bf16 ? reinterpret_cast<int32_t*>(static_cast<uint16_t*>(base) + i) : static_cast<int32_t*>(base) + i;
+    }
+};
 
 // body(row) for every row, shared out among the threads where `parallel`; with `stream`, each thread's
 // non-temporal stores fenced before the region ends, so that every thread sees them after it
@@ -106,9 +124,10 @@ struct DwWeights {
     }
 };
 
-// out[c] = sum over taps of src[t][c] * w[c, t] for all channels (as float times *scale, if scale)
+// out[c] = sum over taps of src[t][c] * w[c, t] for all channels (as float times *scale, if scale; out holds
+// bfloat16 where bf16)
 static void gather_madd(const int8_t* const* src, const DwWeights& w, const int8_t* wraw, int32_t* out,
-                        const float* scale, bool stream) {
+                        const float* scale, bool stream, bool bf16) {
     int64_t c0 = 0;
 #ifdef __AVX2__
     for (; c0 < w.C16; c0 += 16) {
@@ -122,13 +141,16 @@ static void gather_madd(const int8_t* const* src, const DwWeights& w, const int8
             lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), w0));
             hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), w1));
         }
-        store16(out + c0, lo, hi, false, scale, stream);
+        store16(bf16 ? reinterpret_cast<int32_t*>(reinterpret_cast<uint16_t*>(out) + c0) : out + c0, lo, hi, false,
+                scale, stream, bf16);
     }
 #endif
     for (; c0 < w.C; ++c0) {
         int32_t acc = 0;
         for (int t = 0; t < w.taps; ++t) acc += (int32_t)src[t][c0] * (int32_t)wraw[c0 * w.taps + t];
-        if (scale)
+        if (bf16)
+            reinterpret_cast<uint16_t*>(out)[c0] = f32_to_bf16((float)acc * *scale);
+        else if (scale)
             reinterpret_cast<float*>(out)[c0] = (float)acc * *scale;
         else
             out[c0] = acc;
@@ -136,12 +158,12 @@ static void gather_madd(const int8_t* const* src, const DwWeights& w, const int8
 }
 
 // y[n, oh, ow, c] = sum over taps of x[n, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw, c] * w[c, kh, kw]
-static void dw_forward(const int8_t* x, const int8_t* w, int32_t* y, const DwGeometry& g, const float* scale) {
+static void dw_forward(const int8_t* x, const int8_t* w, const DwOut& y, const DwGeometry& g) {
     const int taps = g.KH * g.KW;
     const DwWeights wt(w, g.C, taps);
     const std::vector<int8_t> zeros(g.C, 0);
     const int64_t rows = g.N * g.OH;
-    const bool stream = streamed(y, rows * g.OW, g.C, scale);
+    const bool stream = !y.bf16 && streamed(y.base, rows * g.OW, g.C, y.scale);
     over_rows(rows, rows * g.OW * g.C >= DW_PARALLEL_MIN, stream, [&](int64_t row) {
         const int64_t n = row / g.OH, oh = row % g.OH;
         const int8_t* src[MAX_TAPS];
@@ -152,7 +174,7 @@ static void dw_forward(const int8_t* x, const int8_t* w, int32_t* y, const DwGeo
                     const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
                     src[kh * g.KW + kw] = in ? x + ((n * g.H + ih) * g.W + iw) * g.C : zeros.data();
                 }
-            gather_madd(src, wt, w, y + ((n * g.OH + oh) * g.OW + ow) * g.C, scale, stream);
+            gather_madd(src, wt, w, y.at(((n * g.OH + oh) * g.OW + ow) * g.C), y.scale, stream, y.bf16);
         }
     });
 }
@@ -162,7 +184,7 @@ static void dw_forward(const int8_t* x, const int8_t* w, int32_t* y, const DwGeo
 // which ones depends only on (ih % sh, iw % sw): each such phase gathers its own taps with its own weights
 // (a stride-2 3x3 layer: 1, 2, 2 or 4 taps instead of 9 of which the rest multiplied zero rows; measured 2.6x
 // the forward pass's time on MobileNetV2, issue 64). The sums are the same exact int32 sums.
-static void dw_input_grad(const int8_t* gy, const int8_t* w, int32_t* dx, const DwGeometry& g, const float* scale) {
+static void dw_input_grad(const int8_t* gy, const int8_t* w, const DwOut& dx, const DwGeometry& g) {
     const int taps = g.KH * g.KW;
     const int phases = g.sh * g.sw;
     std::vector<std::vector<int>> ptaps(phases);  // per phase (ih % sh, iw % sw): its taps kh * KW + kw
@@ -191,7 +213,7 @@ static void dw_input_grad(const int8_t* gy, const int8_t* w, int32_t* dx, const 
         }
     const std::vector<int8_t> zeros(g.C, 0);
     const int64_t rows = g.N * g.H;
-    const bool stream = streamed(dx, rows * g.W, g.C, scale);
+    const bool stream = !dx.bf16 && streamed(dx.base, rows * g.W, g.C, dx.scale);
     over_rows(rows, rows * g.W * g.C >= DW_PARALLEL_MIN, stream, [&](int64_t row) {
         const int64_t n = row / g.H, ih = row % g.H;
         const int8_t* src[MAX_TAPS];
@@ -205,7 +227,8 @@ static void dw_input_grad(const int8_t* gy, const int8_t* w, int32_t* dx, const 
                 const bool in = th >= 0 && tw >= 0 && oh < g.OH && ow < g.OW;
                 src[t] = in ? gy + ((n * g.OH + oh) * g.OW + ow) * g.C : zeros.data();
             }
-            gather_madd(src, pwt[ph], pw[ph].data(), dx + ((n * g.H + ih) * g.W + iw) * g.C, scale, stream);
+            gather_madd(src, pwt[ph], pw[ph].data(), dx.at(((n * g.H + ih) * g.W + iw) * g.C), dx.scale, stream,
+                        dx.bf16);
         }
     });
 }
@@ -282,18 +305,20 @@ static rq::DwGeometry dw_geometry(const int64_t* v) {
                           (int)v[10], (int)v[11], (int)v[12], (int)v[13]};
 }
 
-// forward and input gradient: with a scale (nullable) the output is float32, (float)acc * *scale
-int rq_dw_forward(const int8_t* x, const int8_t* w, int32_t* y, const int64_t* geometry, const float* scale) {
+// forward and input gradient: with a scale (nullable) the output is float32, (float)acc * *scale, or with bf16
+// (a scale given) that value as bfloat16
+int rq_dw_forward(const int8_t* x, const int8_t* w, void* y, const int64_t* geometry, const float* scale, int bf16) {
     const rq::DwGeometry g = dw_geometry(geometry);
     if (g.KH * g.KW > rq::MAX_TAPS) return 1;
-    rq::dw_forward(x, w, y, g, scale);
+    rq::dw_forward(x, w, rq::DwOut{y, scale, scale && bf16}, g);
     return 0;
 }
 
-int rq_dw_input_grad(const int8_t* gy, const int8_t* w, int32_t* dx, const int64_t* geometry, const float* scale) {
+int rq_dw_input_grad(const int8_t* gy, const int8_t* w, void* dx, const int64_t* geometry, const float* scale,
+                     int bf16) {
     const rq::DwGeometry g = dw_geometry(geometry);
     if (g.KH * g.KW > rq::MAX_TAPS) return 1;
-    rq::dw_input_grad(gy, w, dx, g, scale);
+    rq::dw_input_grad(gy, w, rq::DwOut{dx, scale, scale && bf16}, g);
     return 0;
 }
 

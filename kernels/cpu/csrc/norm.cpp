@@ -35,7 +35,8 @@
 namespace rq {
 
 // The element types: float, and bfloat16 held as uint16_t. load gives the float, round the float a store
-// keeps, store8's `stream` asks for a non-temporal store (callers ask only where the address is aligned).
+// keeps (store8 takes a rounded value), store8's `stream` asks for a non-temporal store (callers ask only
+// where the address is aligned), mask_bounds the activation's bounds for z before its rounding.
 template <class T>
 struct Elem;
 
@@ -44,6 +45,7 @@ struct Elem<float> {
     static float load(const float* p) { return *p; }
     static float round(float v) { return v; }
     static void store(float* p, float v) { *p = v; }
+    static void mask_bounds(float lo, float hi, float& above, float& below) { above = lo, below = hi; }
 #ifdef __AVX2__
     static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
     static __m256 round8(__m256 v) { return v; }
@@ -59,14 +61,43 @@ struct Elem<uint16_t> {
     static float load(const uint16_t* p) { return bf16_to_f32(*p); }
     static float round(float v) { return round_bf16(v); }
     static void store(uint16_t* p, float v) { *p = f32_to_bf16(v); }
+    // the activation's mask on the rounded value, lo < round(z) < hi, as above < z < below on z itself:
+    // rounding is monotone, so each bound moves to the midpoint between it and its bfloat16 neighbour
+    // (or the float next to that midpoint, as the tie goes). lo and hi: bfloat16 values (0, 6) or infinite.
+    static void mask_bounds(float lo, float hi, float& above, float& below) {
+        above = lo, below = hi;
+        if (std::isfinite(lo)) {
+            const float m = 0.5f * (lo + bf16_step(lo, true));
+            above = round_bf16(m) <= lo ? m : std::nextafter(m, -INFINITY);
+        }
+        if (std::isfinite(hi)) {
+            const float m = 0.5f * (hi + bf16_step(hi, false));
+            below = round_bf16(m) >= hi ? m : std::nextafter(m, INFINITY);
+        }
+    }
+    // the bfloat16 value next to the bfloat16 value v, upwards or downwards
+    static float bf16_step(float v, bool up) {
+        const uint16_t h = f32_to_bf16(v);
+        if (v == 0.0f) return bf16_to_f32(up ? 0x0001 : 0x8001);
+        return bf16_to_f32((v > 0.0f) == up ? h + 1 : h - 1);  // the magnitude grows, or shrinks
+    }
 #ifdef __AVX2__
     static __m256 load8(const uint16_t* p) { return load_bf16x8(p); }
-    static __m256 round8(__m256 v) { return round_bf16x8(v); }
+    // round_bf16x8 for the values these kernels make: a NaN (from a NaN gradient) kept a NaN by a blend
+    // rather than by f32_to_bf16's quiet bit, 4 operations fewer (the passes are bound by their arithmetic)
+    static __m256 round8(__m256 v) {
+        const __m256i u = _mm256_castps_si256(v);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        const __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)),
+                                           _mm256_set1_epi32((int)0xFFFF0000u));
+        return _mm256_blendv_ps(_mm256_castsi256_ps(r), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    // v already rounded (round8): its upper halves are the bfloat16 values, a NaN's quiet bit among them
     static void store8(uint16_t* p, __m256 v, bool stream) {
-        if (!stream) return store_bf16x8(p, v);
-        const __m256i r = bf16_bits8(v);
-        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
-        _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+        const __m256i r = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
+        const __m128i packed = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8));
+        if (stream) _mm_stream_si128(reinterpret_cast<__m128i*>(p), packed);
+        else _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
     }
 #endif
 };
@@ -236,12 +267,11 @@ static void norm_apply(const T* x, T* y, int8_t* q, int64_t rows, int64_t C, con
     }
 }
 
-// g' = g where lo < x a + b < hi, x a + b as stored (torch's activation backward passes the gradient where
-// its input, the BatchNorm's output, lies strictly inside the bounds); the vector form also gives
-// d = x - mean, for the 8 channels from c
-template <class T>
+// g' = g where lo < x a + b < hi (torch's activation backward passes the gradient where its input, the
+// BatchNorm's output, lies strictly inside the bounds; lo and hi from Elem::mask_bounds, so that the stored
+// output decides); the vector form also gives d = x - mean, for the 8 channels from c
 static inline float masked1(float g, float x, float a, float b, float lo, float hi) {
-    const float z = Elem<T>::round(x * a + b);
+    const float z = x * a + b;
     return (z > lo && z < hi) ? g : 0.0f;
 }
 
@@ -251,7 +281,7 @@ static inline void masked8(const T* gr, const T* xr, const float* a, const float
                            __m256 lo, __m256 hi, __m256& gp, __m256& d) {
     using E = Elem<T>;
     const __m256 xv = E::load8(xr + c);
-    const __m256 z = E::round8(_mm256_add_ps(_mm256_mul_ps(xv, _mm256_loadu_ps(a + c)), _mm256_loadu_ps(b + c)));
+    const __m256 z = _mm256_add_ps(_mm256_mul_ps(xv, _mm256_loadu_ps(a + c)), _mm256_loadu_ps(b + c));
     const __m256 inside = _mm256_and_ps(_mm256_cmp_ps(z, lo, _CMP_GT_OQ), _mm256_cmp_ps(z, hi, _CMP_LT_OQ));
     gp = _mm256_and_ps(E::load8(gr + c), inside);
     d = _mm256_sub_ps(xv, _mm256_loadu_ps(mean + c));
@@ -278,7 +308,7 @@ static void norm_grad_sums(const T* g, const T* x, int64_t rows, int64_t C, cons
         }
 #endif
         for (; c < C; ++c) {
-            const float xc = E::load(xr + c), gp = masked1<T>(E::load(gr + c), xc, a[c], b[c], lo, hi);
+            const float xc = E::load(xr + c), gp = masked1(E::load(gr + c), xc, a[c], b[c], lo, hi);
             p1[c] += gp;
             p2[c] += gp * (xc - mean[c]);
         }
@@ -315,7 +345,7 @@ static int norm_grad_apply(const T* g, const T* x, T* gx, int64_t rows, int64_t 
         }
 #endif
         for (; c < C; ++c) {
-            const float xc = E::load(xr + c), gp = masked1<T>(E::load(gr + c), xc, a[c], b[c], lo, hi);
+            const float xc = E::load(xr + c), gp = masked1(E::load(gr + c), xc, a[c], b[c], lo, hi);
             const float v = E::round(gp * c1[c] + (xc - mean[c]) * c2[c] + c3[c]);
             E::store(out + c, v);
             m[c] = std::fmax(m[c], std::fabs(v));
@@ -368,6 +398,7 @@ static int norm_backward(const T* g, const T* x, T* gx, int64_t rows, int64_t C,
                          const float* b, float lo, float hi, const float* mean, const double* invstd, float* gw,
                          float* gb, float* gmax, double* m1, double* m2, float* sd) {
     std::vector<double> sg(C), sgx(C);
+    Elem<T>::mask_bounds(lo, hi, lo, hi);
     norm_grad_sums(g, x, rows, C, a, b, lo, hi, mean, sg.data(), sgx.data());
     std::vector<float> c1(C), c2(C), c3(C);
     for (int64_t c = 0; c < C; ++c) {
