@@ -176,6 +176,33 @@ def test_bfloat16_backward_masks_by_the_stored_output():
         torch.testing.assert_close(sigma, sigma_f, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels, kept", [(32, 24), (17, 16), (48, 40)])
+def test_a_channels_values_do_not_depend_on_how_many_channels_share_a_vector(dtype, channels, kept):
+    """Each channel's arithmetic is its own: the first `kept` channels of a wider tensor give bit for bit
+    what they give alone, although the two widths take different loops (16 lanes where C is a multiple
+    of 16 on AVX-512, else 8 lanes, and a scalar tail). Small enough for one thread: the threads' split of
+    the rows, which depends on the size, sets the order of the float sums."""
+    gen = torch.Generator().manual_seed(channels)
+    x = (torch.randn(5, channels, 6, 7, generator=gen) * 2 + 1).to(dtype)
+    g = torch.randn(x.shape, generator=gen).to(dtype)
+    w, b = torch.randn(channels, generator=gen), torch.randn(channels, generator=gen) + 2
+    results = []
+    for c in (channels, kept):
+        xc, gc = (t[:, :c].contiguous(memory_format=torch.channels_last) for t in (x, g))
+        running = (torch.zeros(c), torch.ones(c))
+        y, var, saved = cpu.norm_act_forward(xc, w[:c], b[:c], 1e-5, 0.0, 6.0, running, 0.1)
+        gx, gw, gb = cpu.norm_act_backward(gc, xc, w[:c], saved)
+        facts = known.recall(gx)
+        stats = [var, saved.mean, saved.a, saved.b, gw, gb, *running]
+        results.append(([y, gx], [*stats, facts.channel_max, facts.channel_std, *facts.channel_sums]))
+    (maps, vectors), (maps_kept, vectors_kept) = results
+    for t, t_kept in zip(maps, maps_kept, strict=True):
+        assert torch.equal(t[:, :kept], t_kept)
+    for t, t_kept in zip(vectors, vectors_kept, strict=True):
+        assert torch.equal(t[:kept], t_kept)
+
+
 def test_a_changed_tensor_loses_its_facts():
     x = _input(seed=3)
     y, _, _ = cpu.norm_act_forward(x, None, None, 1e-5, -math.inf, math.inf)

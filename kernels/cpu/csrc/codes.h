@@ -69,4 +69,21 @@ static inline void store32(int8_t* q, __m256 v0, __m256 v1, __m256 v2, __m256 v3
 }
 #endif
 
+#ifdef __AVX512F__
+static inline __m512 abs16(__m512 v) { return _mm512_abs_ps(v); }
+
+static inline __m512 clamp16(__m512 v) {
+    return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-QMAXF)), _mm512_set1_ps(QMAXF));
+}
+
+static inline __m512 codes_nearest16(__m512 x, __m512 inv) {
+    return _mm512_roundscale_ps(clamp16(_mm512_mul_ps(x, inv)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+// 16 integral floats -> 16 int8 at q, saturating as store8
+static inline void store16(int8_t* q, __m512 v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
+}
+#endif
+
 }  // namespace rq

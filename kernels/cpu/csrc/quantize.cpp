@@ -439,19 +439,9 @@ static inline __m512 load16(const void* p, int64_t i) {
     else return _mm512_cvtph_ps(_mm256_loadu_si256(h));
 }
 
-static inline __m512 abs16(__m512 v) { return _mm512_abs_ps(v); }
-
-static inline __m512 clamp16(__m512 v) {
-    return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-QMAXF)), _mm512_set1_ps(QMAXF));
-}
-
 // floor(v + u) as codes_stochastic8 (the same float operations, lane by lane), clamped (store16 would saturate too)
 static inline __m512 codes_stochastic16(__m512 x, __m512 inv, __m512 u) {
     return clamp16(_mm512_roundscale_ps(_mm512_add_ps(clamp16(_mm512_mul_ps(x, inv)), u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
-}
-
-static inline void store16(int8_t* q, __m512 v) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
 }
 
 // rows r = rbase + (m0 + lane) * Rm of 16 lanes, as 64-bit: the low words in c0, the high ones in c1
