@@ -3,9 +3,13 @@
 In a quantized model every BatchNorm2d followed by a ReLU or ReLU6 in the same Sequential (torchvision's
 Conv2dNormActivation: MobileNetV2/V3, EfficientNet, RegNet) has its class swapped, as the layers are:
 the BatchNorm applies the activation itself, and the activation module passes on a tensor the BatchNorm
-already activated. On a backend with fused kernels (kernels.cpu: `norm_act_supported`) a training step
-then reads and writes each activation 9 times instead of 18 (kernels/cpu/norm.py), and the int8
-convolution next to it takes the codes written with y instead of quantizing y again. The arithmetic is
+already activated. torchvision's ResNet blocks (BasicBlock, Bottleneck: ResNet, ResNeXt, Wide ResNet) call
+one ReLU module after each inner BatchNorm and after the residual sum: the block's class is swapped for one
+whose forward lets the inner BatchNorms apply the ReLU, and the module stays for the sum.
+
+On a backend with fused kernels (kernels.cpu: `norm_act_supported`) a training step then reads and writes
+each activation 9 times instead of 18 (kernels/cpu/norm.py), and the int8 convolution next to it takes the
+codes written with y instead of quantizing y again. The arithmetic is
 BatchNorm's and the activation's (batch mean and biased variance, the running statistics updated as torch
 does); the float sums run in another order than torch's, so values differ from torch's in the last bits.
 Evaluation, torch.compile, other backends and layouts run the float modules unchanged.
@@ -18,6 +22,7 @@ import math
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
+from torchvision.models.resnet import BasicBlock, Bottleneck
 
 import kernels
 
@@ -118,8 +123,44 @@ class FoldedReLU6(FoldedActivation, nn.ReLU6):
 FOLDED = {nn.ReLU: FoldedReLU, nn.ReLU6: FoldedReLU6}
 
 
+class FusedBasicBlock(BasicBlock):
+    """torchvision's BasicBlock.forward with bn1 applying its ReLU (a FusedBatchNorm2d)."""
+
+    def forward(self, x):
+        identity = x
+        out = self.bn2(self.conv2(self.bn1(self.conv1(x))))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class FusedBottleneck(Bottleneck):
+    """torchvision's Bottleneck.forward with bn1 and bn2 applying their ReLUs (FusedBatchNorm2d)."""
+
+    def forward(self, x):
+        identity = x
+        out = self.bn2(self.conv2(self.bn1(self.conv1(x))))
+        out = self.bn3(self.conv3(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+# a block class: (its fused class, the BatchNorms its ReLU follows)
+BLOCKS = {BasicBlock: (FusedBasicBlock, ("bn1",)), Bottleneck: (FusedBottleneck, ("bn1", "bn2"))}
+UNFUSED_BLOCKS = {fused: block for block, (fused, _) in BLOCKS.items()}
+
+
+def _fuse(norm: nn.Module, act: type[nn.Module]) -> None:
+    norm.__class__ = FusedBatchNorm2d
+    norm.act_bounds = BOUNDS[act]
+
+
 def fuse_norm_activations(model: nn.Module) -> int:
-    """Swap each exact BatchNorm2d that a ReLU or ReLU6 follows in a Sequential; returns how many."""
+    """Swap each exact BatchNorm2d that a ReLU or ReLU6 follows in a Sequential or in a torchvision ResNet
+    block; returns how many."""
     parents: dict[int, int] = {}  # an activation module used in two places stays as it is
     for _, m in model.named_modules(remove_duplicate=False):
         for child in m.children():
@@ -131,16 +172,25 @@ def fuse_norm_activations(model: nn.Module) -> int:
         children = list(seq.children())
         for norm, act in zip(children, children[1:], strict=False):
             if type(norm) is nn.BatchNorm2d and type(act) in BOUNDS and parents[id(act)] == 1:
-                norm.__class__ = FusedBatchNorm2d
-                norm.act_bounds = BOUNDS[type(act)]
+                _fuse(norm, type(act))
                 act.__class__ = FOLDED[type(act)]
                 fused += 1
+    for block in model.modules():
+        fused_class, names = BLOCKS.get(type(block), (None, ()))
+        norms = [getattr(block, name) for name in names]
+        if fused_class and type(block.relu) is nn.ReLU and all(type(n) is nn.BatchNorm2d for n in norms):
+            for norm in norms:
+                _fuse(norm, nn.ReLU)
+            block.__class__ = fused_class
+            fused += len(norms)
     return fused
 
 
 def unfuse_norm_activations(model: nn.Module) -> None:
     """Back to the float classes (before another method's quantize_model, or none)."""
     for m in model.modules():
+        if type(m) in UNFUSED_BLOCKS:
+            m.__class__ = UNFUSED_BLOCKS[type(m)]
         if isinstance(m, FusedBatchNorm2d):
             m.__class__ = nn.BatchNorm2d
             del m.act_bounds
