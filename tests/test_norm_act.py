@@ -9,13 +9,15 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
+import torchvision
 from torch import nn
+from torchvision.models.resnet import BasicBlock, Bottleneck
 
 import kernels.cpu as cpu
 from kernels.cpu import known, quantizer, runtime
 from kernels.errors import NonFiniteError
 from repro.layers import quantize_model
-from repro.norm_act import FusedBatchNorm2d
+from repro.norm_act import FusedBasicBlock, FusedBatchNorm2d, FusedBottleneck, fuse_norm_activations
 
 pytestmark = pytest.mark.skipif(not runtime.available(), reason="the native library is not built here")
 
@@ -312,6 +314,47 @@ def test_a_fused_module_under_bf16_autocast_trains_as_torchs():
     for name, buf in ref[0].named_buffers():
         torch.testing.assert_close(getattr(fused[0], name), buf, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(fused[0].weight.grad, ref[0].weight.grad, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("name, fused", [("resnet18", 8), ("resnet50", 32)])
+def test_quantize_model_fuses_resnet_blocks_and_keeps_state_dict(name, fused):
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(name, num_classes=4)
+    keys = list(model.state_dict())
+    quantize_model(model, "gq")
+    assert sum(isinstance(m, FusedBatchNorm2d) for m in model.modules()) == fused
+    block = model.layer1[0]
+    assert type(block) in (FusedBasicBlock, FusedBottleneck) and type(block.relu) is nn.ReLU
+    assert type(block.bn1) is FusedBatchNorm2d
+    assert type(model.bn1) is nn.BatchNorm2d  # the stem's: in no block or Sequential
+    assert list(model.state_dict()) == keys
+    quantize_model(model, "gq", fuse_norm=False)
+    assert type(model.layer1[0]) in (BasicBlock, Bottleneck)
+    assert not any(isinstance(m, FusedBatchNorm2d) for m in model.modules())
+
+
+@pytest.mark.parametrize("block", ["basic", "bottleneck"])
+def test_a_fused_resnet_block_trains_as_torchs(block, monkeypatch):
+    """The fused block's forward is torchvision's with the inner ReLUs inside the BatchNorms: the same
+    values and gradients (to the float sums' order), downsampling branch included, through the kernels."""
+    torch.manual_seed(0)
+    downsample = nn.Sequential(nn.Conv2d(16, 32, 1, stride=2, bias=False), nn.BatchNorm2d(32))
+    ref = BasicBlock(16, 32, 2, downsample) if block == "basic" else Bottleneck(16, 8, 2, downsample)
+    fused = copy.deepcopy(ref)
+    assert fuse_norm_activations(fused) == (1 if block == "basic" else 2)
+    calls = []
+    forward = cpu.norm_act_forward
+    monkeypatch.setattr(cpu, "norm_act_forward", lambda *a, **k: calls.append(1) or forward(*a, **k))
+    x = torch.randn(4, 16, 8, 8).contiguous(memory_format=torch.channels_last)
+    outs = []
+    for m in (ref, fused):
+        xi = x.clone().requires_grad_()
+        y = m(xi)
+        y.backward(torch.linspace(-1, 1, y.numel()).reshape(y.shape))
+        outs.append([y.detach(), xi.grad, *(p.grad for p in m.parameters())])
+    assert len(calls) == (1 if block == "basic" else 2)
+    for a, b in zip(outs[1], outs[0], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_a_fused_model_pickles_and_round_trips(tmp_path):
