@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <omp.h>
@@ -47,9 +48,8 @@ namespace rq {
 // whether rows of C channels take the 16-lane loops
 static inline bool wide_rows(int64_t C) { return RQ_NORM_512 && C % 16 == 0; }
 
-// The element types: float, and bfloat16 held as uint16_t. load gives the float, round the float a store
-// keeps (store8 takes a rounded value), store8's `stream` asks for a non-temporal store (callers ask only
-// where the address is aligned), mask_bounds the activation's bounds for z before its rounding.
+// The element types: float, and bfloat16 held as uint16_t: the float a load gives, the float a store keeps
+// (round), and mask_bounds, the activation's bounds for z before its rounding.
 template <class T>
 struct Elem;
 
@@ -59,22 +59,6 @@ struct Elem<float> {
     static float round(float v) { return v; }
     static void store(float* p, float v) { *p = v; }
     static void mask_bounds(float lo, float hi, float& above, float& below) { above = lo, below = hi; }
-#ifdef __AVX2__
-    static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-    static __m256 round8(__m256 v) { return v; }
-    static void store8(float* p, __m256 v, bool stream) {
-        if (stream) _mm256_stream_ps(p, v);
-        else _mm256_storeu_ps(p, v);
-    }
-#endif
-#if RQ_NORM_512
-    static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-    static __m512 round16(__m512 v) { return v; }
-    static void store16(float* p, __m512 v, bool stream) {
-        if (stream) _mm512_stream_ps(p, v);
-        else _mm512_storeu_ps(p, v);
-    }
-#endif
 };
 
 template <>
@@ -102,44 +86,114 @@ struct Elem<uint16_t> {
         if (v == 0.0f) return bf16_to_f32(up ? 0x0001 : 0x8001);
         return bf16_to_f32((v > 0.0f) == up ? h + 1 : h - 1);  // the magnitude grows, or shrinks
     }
+};
+
+// A vector width's operations for element type T, so that each pass's vector loop is written once for 8
+// lanes (AVX2) and 16 (AVX-512): the float arithmetic, inside (g where lo < z < hi, else 0), codes (the
+// nearest int8 codes, stored), and T's load, round (a bfloat16 NaN kept a NaN by a blend rather than by
+// f32_to_bf16's quiet bit: 4 operations fewer, in passes bound by their arithmetic) and store (of a rounded
+// value; `stream`: a non-temporal store, asked for only where the address is aligned).
 #ifdef __AVX2__
-    static __m256 load8(const uint16_t* p) { return load_bf16x8(p); }
-    // round_bf16x8 for the values these kernels make: a NaN (from a NaN gradient) kept a NaN by a blend
-    // rather than by f32_to_bf16's quiet bit, 4 operations fewer (the passes are bound by their arithmetic)
-    static __m256 round8(__m256 v) {
+template <class T>
+struct V8 {
+    using F = __m256;
+    static constexpr int64_t N = 8;
+    static F set1(float v) { return _mm256_set1_ps(v); }
+    static F ld(const float* p) { return _mm256_loadu_ps(p); }
+    static void st(float* p, F v) { _mm256_storeu_ps(p, v); }
+    static F add(F a, F b) { return _mm256_add_ps(a, b); }
+    static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+    static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+    static F min(F a, F b) { return _mm256_min_ps(a, b); }
+    static F max(F a, F b) { return _mm256_max_ps(a, b); }
+    static F abs(F v) { return abs8(v); }
+    static F inside(F z, F lo, F hi, F g) {
+        return _mm256_and_ps(g, _mm256_and_ps(_mm256_cmp_ps(z, lo, _CMP_GT_OQ), _mm256_cmp_ps(z, hi, _CMP_LT_OQ)));
+    }
+    static void codes(int8_t* q, F v, F inv) { store8(q, codes_nearest8(v, inv)); }
+    static F load(const T* p) {
+        if constexpr (std::is_same_v<T, float>) return _mm256_loadu_ps(p);
+        else return load_bf16x8(p);
+    }
+    static F round(F v) {
+        if constexpr (std::is_same_v<T, float>) return v;
         const __m256i u = _mm256_castps_si256(v);
         const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
         const __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)),
                                            _mm256_set1_epi32((int)0xFFFF0000u));
         return _mm256_blendv_ps(_mm256_castsi256_ps(r), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     }
-    // v already rounded (round8): its upper halves are the bfloat16 values, a NaN's quiet bit among them
-    static void store8(uint16_t* p, __m256 v, bool stream) {
-        const __m256i r = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
-        const __m128i packed = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8));
-        if (stream) _mm_stream_si128(reinterpret_cast<__m128i*>(p), packed);
-        else _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+    static void store(T* p, F v, bool stream) {
+        if constexpr (std::is_same_v<T, float>) {
+            if (stream) _mm256_stream_ps(p, v);
+            else _mm256_storeu_ps(p, v);
+        } else {  // the upper halves are the bfloat16 values
+            const __m256i r = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
+            const __m128i h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8));
+            if (stream) _mm_stream_si128(reinterpret_cast<__m128i*>(p), h);
+            else _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+        }
     }
+};
 #endif
+
 #if RQ_NORM_512
-    static __m512 load16(const uint16_t* p) {
+template <class T>
+struct V16 {
+    using F = __m512;
+    static constexpr int64_t N = 16;
+    static F set1(float v) { return _mm512_set1_ps(v); }
+    static F ld(const float* p) { return _mm512_loadu_ps(p); }
+    static void st(float* p, F v) { _mm512_storeu_ps(p, v); }
+    static F add(F a, F b) { return _mm512_add_ps(a, b); }
+    static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+    static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+    static F min(F a, F b) { return _mm512_min_ps(a, b); }
+    static F max(F a, F b) { return _mm512_max_ps(a, b); }
+    static F abs(F v) { return abs16(v); }
+    static F inside(F z, F lo, F hi, F g) {
+        return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(z, lo, _CMP_GT_OQ) & _mm512_cmp_ps_mask(z, hi, _CMP_LT_OQ), g);
+    }
+    static void codes(int8_t* q, F v, F inv) { store16(q, codes_nearest16(v, inv)); }
+    static F load(const T* p) {
+        if constexpr (std::is_same_v<T, float>) return _mm512_loadu_ps(p);
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
-    static __m512 round16(__m512 v) {  // round8's arithmetic
+    static F round(F v) {
+        if constexpr (std::is_same_v<T, float>) return v;
         const __m512i u = _mm512_castps_si512(v);
         const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
         const __m512i r = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)),
                                            _mm512_set1_epi32((int)0xFFFF0000u));
         return _mm512_mask_mov_ps(_mm512_castsi512_ps(r), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
     }
-    static void store16(uint16_t* p, __m512 v, bool stream) {
-        const __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
-        if (stream) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), h);
-        else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+    static void store(T* p, F v, bool stream) {
+        if constexpr (std::is_same_v<T, float>) {
+            if (stream) _mm512_stream_ps(p, v);
+            else _mm512_storeu_ps(p, v);
+        } else {
+            const __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
+            if (stream) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), h);
+            else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+        }
     }
-#endif
 };
+#endif
+
+// A row's channels from 0 in vector code: lanes(V16<T>{}, c) where the row is wide, then lanes(V8<T>{}, c),
+// each returning the channel it stopped at; the caller's scalar loop does the rest.
+template <class T, class Lanes>
+static inline int64_t vector_part([[maybe_unused]] bool wide, [[maybe_unused]] Lanes lanes) {
+    int64_t c = 0;
+#if RQ_NORM_512
+    if (wide) c = lanes(V16<T>{}, c);
+#endif
+#ifdef __AVX2__
+    c = lanes(V8<T>{}, c);
+#endif
+    return c;
+}
 
 constexpr int64_t NORM_PARALLEL_MIN = 1 << 15;  // elements below which a pass stays on one thread
 constexpr int64_t NORM_BLOCK = 64;              // rows whose float sums go into double together
@@ -234,29 +288,21 @@ static int norm_stats(const T* x, int64_t rows, int64_t C, const float* shift, d
                       float* mx) {
     using E = Elem<T>;
     Partials P(C);
-    [[maybe_unused]] const bool wide = wide_rows(C);
+    const bool wide = wide_rows(C);
     over_rows(rows, C, P, [&](size_t o, int64_t r) {
         float *p1 = P.f1.data() + o, *p2 = P.f2.data() + o, *lo = P.lo.data() + o, *hi = P.hi.data() + o;
         const T* row = x + r * C;
-        int64_t c = 0;
-#if RQ_NORM_512
-        for (; wide && c < C; c += 16) {
-            const __m512 a = E::load16(row + c), d = _mm512_sub_ps(a, _mm512_loadu_ps(shift + c));
-            _mm512_storeu_ps(p1 + c, _mm512_add_ps(_mm512_loadu_ps(p1 + c), d));
-            _mm512_storeu_ps(p2 + c, _mm512_add_ps(_mm512_loadu_ps(p2 + c), _mm512_mul_ps(d, d)));
-            _mm512_storeu_ps(lo + c, _mm512_min_ps(_mm512_loadu_ps(lo + c), a));
-            _mm512_storeu_ps(hi + c, _mm512_max_ps(_mm512_loadu_ps(hi + c), a));
-        }
-#endif
-#ifdef __AVX2__
-        for (; c + 8 <= C; c += 8) {
-            const __m256 a = E::load8(row + c), d = _mm256_sub_ps(a, _mm256_loadu_ps(shift + c));
-            _mm256_storeu_ps(p1 + c, _mm256_add_ps(_mm256_loadu_ps(p1 + c), d));
-            _mm256_storeu_ps(p2 + c, _mm256_add_ps(_mm256_loadu_ps(p2 + c), _mm256_mul_ps(d, d)));
-            _mm256_storeu_ps(lo + c, _mm256_min_ps(_mm256_loadu_ps(lo + c), a));
-            _mm256_storeu_ps(hi + c, _mm256_max_ps(_mm256_loadu_ps(hi + c), a));
-        }
-#endif
+        int64_t c = vector_part<T>(wide, [&](auto v, int64_t c) {
+            using V = decltype(v);
+            for (; c + V::N <= C; c += V::N) {
+                const auto a = V::load(row + c), d = V::sub(a, V::ld(shift + c));
+                V::st(p1 + c, V::add(V::ld(p1 + c), d));
+                V::st(p2 + c, V::add(V::ld(p2 + c), V::mul(d, d)));
+                V::st(lo + c, V::min(V::ld(lo + c), a));
+                V::st(hi + c, V::max(V::ld(hi + c), a));
+            }
+            return c;
+        });
         for (; c < C; ++c) {
             const float a = E::load(row + c), d = a - shift[c];
             p1[c] += d;
@@ -289,33 +335,23 @@ static void norm_apply(const T* x, T* y, int8_t* q, int64_t rows, int64_t C, con
     using E = Elem<T>;
     const float inv = inv_scale(s);
     const bool stream = streamed(y, rows, C);
-    [[maybe_unused]] const bool wide = wide_rows(C);
+    const bool wide = wide_rows(C);
 #pragma omp parallel if (rows * C >= NORM_PARALLEL_MIN)
     {
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t base = r * C;
-            int64_t c = 0;
-#if RQ_NORM_512
-            const __m512 wlo = _mm512_set1_ps(lo), whi = _mm512_set1_ps(hi), winv = _mm512_set1_ps(inv);
-            for (; wide && c < C; c += 16) {
-                const __m512 z =
-                    _mm512_add_ps(_mm512_mul_ps(E::load16(x + base + c), _mm512_loadu_ps(a + c)), _mm512_loadu_ps(b + c));
-                const __m512 v = E::round16(_mm512_min_ps(_mm512_max_ps(z, wlo), whi));
-                E::store16(y + base + c, v, stream);
-                if (q) store16(q + base + c, codes_nearest16(v, winv));
-            }
-#endif
-#ifdef __AVX2__
-            const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi), vinv = _mm256_set1_ps(inv);
-            for (; c + 8 <= C; c += 8) {
-                const __m256 z =
-                    _mm256_add_ps(_mm256_mul_ps(E::load8(x + base + c), _mm256_loadu_ps(a + c)), _mm256_loadu_ps(b + c));
-                const __m256 v = E::round8(_mm256_min_ps(_mm256_max_ps(z, vlo), vhi));
-                E::store8(y + base + c, v, stream);
-                if (q) store8(q + base + c, codes_nearest8(v, vinv));  // read next by the convolution: cached
-            }
-#endif
+            int64_t c = vector_part<T>(wide, [&](auto v, int64_t c) {
+                using V = decltype(v);
+                const auto vlo = V::set1(lo), vhi = V::set1(hi), vinv = V::set1(inv);
+                for (; c + V::N <= C; c += V::N) {
+                    const auto z = V::add(V::mul(V::load(x + base + c), V::ld(a + c)), V::ld(b + c));
+                    const auto out = V::round(V::min(V::max(z, vlo), vhi));
+                    V::store(y + base + c, out, stream);
+                    if (q) V::codes(q + base + c, out, vinv);  // read next by the convolution: cached
+                }
+                return c;
+            });
             for (; c < C; ++c) {
                 const float v = E::round(activate(E::load(x + base + c) * a[c] + b[c], lo, hi));
                 E::store(y + base + c, v);
@@ -330,37 +366,21 @@ static void norm_apply(const T* x, T* y, int8_t* q, int64_t rows, int64_t C, con
 
 // g' = g where lo < x a + b < hi (torch's activation backward passes the gradient where its input, the
 // BatchNorm's output, lies strictly inside the bounds; lo and hi from Elem::mask_bounds, so that the stored
-// output decides); the vector form also gives d = x - mean, for the 8 channels from c
+// output decides)
 static inline float masked1(float g, float x, float a, float b, float lo, float hi) {
     const float z = x * a + b;
     return (z > lo && z < hi) ? g : 0.0f;
 }
 
-#ifdef __AVX2__
-template <class T>
-static inline void masked8(const T* gr, const T* xr, const float* a, const float* b, const float* mean, int64_t c,
-                           __m256 lo, __m256 hi, __m256& gp, __m256& d) {
-    using E = Elem<T>;
-    const __m256 xv = E::load8(xr + c);
-    const __m256 z = _mm256_add_ps(_mm256_mul_ps(xv, _mm256_loadu_ps(a + c)), _mm256_loadu_ps(b + c));
-    const __m256 inside = _mm256_and_ps(_mm256_cmp_ps(z, lo, _CMP_GT_OQ), _mm256_cmp_ps(z, hi, _CMP_LT_OQ));
-    gp = _mm256_and_ps(E::load8(gr + c), inside);
-    d = _mm256_sub_ps(xv, _mm256_loadu_ps(mean + c));
+// masked1 on V::N channels from c, with d = x - mean
+template <class V, class T>
+static inline void masked(const T* gr, const T* xr, const float* a, const float* b, const float* mean, int64_t c,
+                          typename V::F lo, typename V::F hi, typename V::F& gp, typename V::F& d) {
+    const auto xv = V::load(xr + c);
+    const auto z = V::add(V::mul(xv, V::ld(a + c)), V::ld(b + c));
+    gp = V::inside(z, lo, hi, V::load(gr + c));
+    d = V::sub(xv, V::ld(mean + c));
 }
-#endif
-
-#if RQ_NORM_512
-template <class T>
-static inline void masked16(const T* gr, const T* xr, const float* a, const float* b, const float* mean, int64_t c,
-                            __m512 lo, __m512 hi, __m512& gp, __m512& d) {
-    using E = Elem<T>;
-    const __m512 xv = E::load16(xr + c);
-    const __m512 z = _mm512_add_ps(_mm512_mul_ps(xv, _mm512_loadu_ps(a + c)), _mm512_loadu_ps(b + c));
-    const __mmask16 inside = _mm512_cmp_ps_mask(z, lo, _CMP_GT_OQ) & _mm512_cmp_ps_mask(z, hi, _CMP_LT_OQ);
-    gp = _mm512_maskz_mov_ps(inside, E::load16(gr + c));
-    d = _mm512_sub_ps(xv, _mm512_loadu_ps(mean + c));
-}
-#endif
 
 // Backward sums per channel: of g' and of g' (x - mean_c)
 template <class T>
@@ -368,29 +388,21 @@ static void norm_grad_sums(const T* g, const T* x, int64_t rows, int64_t C, cons
                            float hi, const float* mean, double* sg, double* sgx) {
     using E = Elem<T>;
     Partials P(C);
-    [[maybe_unused]] const bool wide = wide_rows(C);
+    const bool wide = wide_rows(C);
     over_rows(rows, C, P, [&](size_t o, int64_t r) {
         float *p1 = P.f1.data() + o, *p2 = P.f2.data() + o;
         const T *gr = g + r * C, *xr = x + r * C;
-        int64_t c = 0;
-#if RQ_NORM_512
-        const __m512 wlo = _mm512_set1_ps(lo), whi = _mm512_set1_ps(hi);
-        for (; wide && c < C; c += 16) {
-            __m512 gp, d;
-            masked16<T>(gr, xr, a, b, mean, c, wlo, whi, gp, d);
-            _mm512_storeu_ps(p1 + c, _mm512_add_ps(_mm512_loadu_ps(p1 + c), gp));
-            _mm512_storeu_ps(p2 + c, _mm512_add_ps(_mm512_loadu_ps(p2 + c), _mm512_mul_ps(gp, d)));
-        }
-#endif
-#ifdef __AVX2__
-        const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-        for (; c + 8 <= C; c += 8) {
-            __m256 gp, d;
-            masked8<T>(gr, xr, a, b, mean, c, vlo, vhi, gp, d);
-            _mm256_storeu_ps(p1 + c, _mm256_add_ps(_mm256_loadu_ps(p1 + c), gp));
-            _mm256_storeu_ps(p2 + c, _mm256_add_ps(_mm256_loadu_ps(p2 + c), _mm256_mul_ps(gp, d)));
-        }
-#endif
+        int64_t c = vector_part<T>(wide, [&](auto v, int64_t c) {
+            using V = decltype(v);
+            const auto vlo = V::set1(lo), vhi = V::set1(hi);
+            for (; c + V::N <= C; c += V::N) {
+                typename V::F gp, d;
+                masked<V>(gr, xr, a, b, mean, c, vlo, vhi, gp, d);
+                V::st(p1 + c, V::add(V::ld(p1 + c), gp));
+                V::st(p2 + c, V::add(V::ld(p2 + c), V::mul(gp, d)));
+            }
+            return c;
+        });
         for (; c < C; ++c) {
             const float xc = E::load(xr + c), gp = masked1(E::load(gr + c), xc, a[c], b[c], lo, hi);
             p1[c] += gp;
@@ -409,40 +421,26 @@ static int norm_grad_apply(const T* g, const T* x, T* gx, int64_t rows, int64_t 
     using E = Elem<T>;
     Partials P(C);  // hi holds max|gx| (from -inf: every |gx| is above it)
     const bool stream = streamed(gx, rows, C);
-    [[maybe_unused]] const bool wide = wide_rows(C);
+    const bool wide = wide_rows(C);
     over_rows(rows, C, P, [&](size_t o, int64_t r) {
         float *p1 = P.f1.data() + o, *p2 = P.f2.data() + o, *m = P.hi.data() + o;
         const T *gr = g + r * C, *xr = x + r * C;
         T* out = gx + r * C;
-        int64_t c = 0;
-#if RQ_NORM_512
-        const __m512 wlo = _mm512_set1_ps(lo), whi = _mm512_set1_ps(hi);
-        for (; wide && c < C; c += 16) {
-            __m512 gp, d;
-            masked16<T>(gr, xr, a, b, mean, c, wlo, whi, gp, d);
-            const __m512 v = E::round16(_mm512_add_ps(
-                _mm512_add_ps(_mm512_mul_ps(gp, _mm512_loadu_ps(c1 + c)), _mm512_mul_ps(d, _mm512_loadu_ps(c2 + c))),
-                _mm512_loadu_ps(c3 + c)));
-            E::store16(out + c, v, stream);
-            _mm512_storeu_ps(m + c, _mm512_max_ps(_mm512_loadu_ps(m + c), abs16(v)));
-            _mm512_storeu_ps(p1 + c, _mm512_add_ps(_mm512_loadu_ps(p1 + c), v));
-            _mm512_storeu_ps(p2 + c, _mm512_add_ps(_mm512_loadu_ps(p2 + c), _mm512_mul_ps(v, v)));
-        }
-#endif
-#ifdef __AVX2__
-        const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-        for (; c + 8 <= C; c += 8) {
-            __m256 gp, d;
-            masked8<T>(gr, xr, a, b, mean, c, vlo, vhi, gp, d);
-            const __m256 v = E::round8(_mm256_add_ps(
-                _mm256_add_ps(_mm256_mul_ps(gp, _mm256_loadu_ps(c1 + c)), _mm256_mul_ps(d, _mm256_loadu_ps(c2 + c))),
-                _mm256_loadu_ps(c3 + c)));
-            E::store8(out + c, v, stream);
-            _mm256_storeu_ps(m + c, _mm256_max_ps(_mm256_loadu_ps(m + c), abs8(v)));
-            _mm256_storeu_ps(p1 + c, _mm256_add_ps(_mm256_loadu_ps(p1 + c), v));
-            _mm256_storeu_ps(p2 + c, _mm256_add_ps(_mm256_loadu_ps(p2 + c), _mm256_mul_ps(v, v)));
-        }
-#endif
+        int64_t c = vector_part<T>(wide, [&](auto v, int64_t c) {
+            using V = decltype(v);
+            const auto vlo = V::set1(lo), vhi = V::set1(hi);
+            for (; c + V::N <= C; c += V::N) {
+                typename V::F gp, d;
+                masked<V>(gr, xr, a, b, mean, c, vlo, vhi, gp, d);
+                const auto w = V::round(
+                    V::add(V::add(V::mul(gp, V::ld(c1 + c)), V::mul(d, V::ld(c2 + c))), V::ld(c3 + c)));
+                V::store(out + c, w, stream);
+                V::st(m + c, V::max(V::ld(m + c), V::abs(w)));
+                V::st(p1 + c, V::add(V::ld(p1 + c), w));
+                V::st(p2 + c, V::add(V::ld(p2 + c), V::mul(w, w)));
+            }
+            return c;
+        });
         for (; c < C; ++c) {
             const float xc = E::load(xr + c), gp = masked1(E::load(gr + c), xc, a[c], b[c], lo, hi);
             const float v = E::round(gp * c1[c] + (xc - mean[c]) * c2[c] + c3[c]);
