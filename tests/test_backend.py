@@ -633,6 +633,43 @@ def test_bfloat16_epilogue_on_every_route(x_shape, w_shape, geometry):
         assert got.is_contiguous(memory_format=torch.channels_last), what
 
 
+@pytest.mark.parametrize("large", [True, False])
+def test_large_pointwise_bfloat16_outputs_go_to_onednn(monkeypatch, large):
+    """A 1x1 convolution with a bfloat16 epilogue on the bounded route (AMX), in one proven block: oneDNN
+    scales and writes it where routes.pointwise_on_onednn calls its output large, im2col + _int_mm does
+    elsewhere; forward and input gradient, stride 1 and 2, bit for bit dequantize(reference) either way."""
+    if not routes.onednn_exact():
+        pytest.skip("oneDNN's int8 convolution is not this CPU's route")
+    monkeypatch.setattr(routes, "onednn_bounded", lambda: True)
+    monkeypatch.setattr(routes, "pointwise_on_onednn", lambda rows, cin, cout: large)
+    calls = []
+    real_run = onednn.run
+    monkeypatch.setattr(onednn, "run", lambda *args: calls.append(1) or real_run(*args))
+    gen = torch.Generator().manual_seed(43)
+    x, w = rand_i8((2, 24, 10, 9), gen), rand_i8((40, 24, 1, 1), gen, -20, 20)
+    scale = torch.tensor(1.7e-3, dtype=torch.float32)
+    kw = {"out_scale": scale, "out_dtype": torch.bfloat16}
+    for stride in (1, 2):
+        y = reference.conv_forward(x, w, stride)
+        g = rand_i8(tuple(y.shape), gen, -3, 3)
+        for what, got, acc in [
+            ("forward", cpu.conv_forward(x, w, stride, **kw), y),
+            ("input grad", cpu.conv_input_grad(g, w, x.shape, stride, **kw),
+             reference.conv_input_grad(g, w, x.shape, stride)),
+        ]:  # fmt: skip
+            acc = acc.to(torch.int32).contiguous(memory_format=torch.channels_last)
+            want = cpu.dequantize(acc, scale, dtype=torch.bfloat16)
+            assert torch.equal(got, want), f"{what}, stride {stride}"
+    assert bool(calls) == large
+
+
+def test_pointwise_on_onednn_wants_a_large_output():
+    assert routes.pointwise_on_onednn(25088, 64, 256)  # ResNet-50's 56x56 expansion at batch 8
+    assert routes.pointwise_on_onednn(12544, 256, 64)  # many rows for a short reduction
+    assert not routes.pointwise_on_onednn(3136, 512, 128)  # a long reduction into a narrow output
+    assert not routes.pointwise_on_onednn(784, 256, 1024)  # few rows: oneDNN's prepack decides
+
+
 def test_bfloat16_epilogue_needs_a_scale():
     """An int32 result has no bfloat16 form, and other dtypes are not written: one clear error each."""
     x, w = torch.zeros((1, 4, 3, 3), dtype=torch.int8), torch.zeros((2, 4, 1, 1), dtype=torch.int8)

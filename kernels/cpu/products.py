@@ -25,10 +25,13 @@ Which torch ops run (timings: ``python -m kernels.bench.layers``):
     (or a grouped weight over the bound) the convolution goes to im2col + ``torch._int_mm``.
   A shape oneDNN refuses (it does, on AMX, for some grouped convolutions) goes to im2col + _int_mm too.
   oneDNN runs on batch chunks of <= 8 MB of fp32 output (cache-sized, and below glibc's mmap
-  threshold, where fresh pages cost page faults).
+  threshold, where fresh pages cost page faults) where that output is converted to int32; an output
+  oneDNN scales itself is final, and one call writes it.
 * Ungrouped convolutions with a 1x1 kernel and no padding, or with at most 64 output positions per
   image, go to im2col + ``torch._int_mm`` (int8 x int8 -> int32) instead: faster there (measured),
   and exact by construction. The im2col is one strided copy per batch chunk (<= 8 MB), a view for 1x1.
+  Except, on the bounded route, a 1x1 whose bfloat16 output oneDNN scales itself in one proven block
+  and whose output is large (``routes.pointwise_on_onednn``): oneDNN's there, up to 2x faster.
 * ``conv_input_grad``: the transposed convolution as such convolutions of g with the weight flipped
   and its in/out channels swapped per group (ungrouped: built tap-major from rows of the weight,
   ``tap_major_transposed``, never a byte-wise transpose). Stride s > 1 is done polyphase: one stride-1
@@ -153,7 +156,10 @@ def _conv_int(
     out = [(xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(len(s))]
     window = (slice(None), slice(None)) + tuple(crop if crop is not None else ())
     depthwise = routes.native_depthwise(len(s), groups, xq.shape[1], wq.shape[0])
-    if depthwise or not routes.onednn_exact() or routes.im2col_route(k, p, out, groups):
+    to_im2col = depthwise or not routes.onednn_exact() or routes.im2col_route(k, p, out, groups)
+    if to_im2col and not depthwise and _pointwise_on_onednn(xq, wq, p, out, groups, scale, out_dtype):
+        to_im2col = False
+    if to_im2col:
         y = im2col.conv_exact(xq, wq, s, p, d, groups, scale, out_dtype)
         return _as_dtype(y, scale, out_dtype) if dst is None else dst.copy_(y[window])
     if routes.onednn_bounded():
@@ -172,8 +178,11 @@ def _conv_int(
             y = dequantize(_conv_int(xq, wq, s, p, d, groups, u8_cache), scale, dtype=out_dtype, inplace=True)
             return y if dst is None else dst.copy_(y[window])
     n = xq.shape[0]
-    # batch chunks keep the fp32 intermediate cache-sized (and reused rather than freshly mapped)
-    chunk = routes.batch_chunk(n, 4 * wq.shape[0] * math.prod(out), OUT_CHUNK_BYTES)
+    # batch chunks keep the fp32 intermediate cache-sized (and reused rather than freshly mapped) where it
+    # is converted to int32; a scaled output is final, and one call writes it without the chunks' copies
+    per_image = 4 * wq.shape[0] * math.prod(out)
+    budget = n * per_image if scale is not None and dst is None else OUT_CHUNK_BYTES
+    chunk = routes.batch_chunk(n, per_image, budget)
     key = (tuple(wq.shape), tuple(xq.shape[1:]), min(n, chunk), tuple(s), tuple(p), tuple(d), groups)
     packed = None
     if blocks is not None and key not in onednn.REFUSED:
@@ -213,6 +222,22 @@ def _conv_int(
             y = _new_output((n, wq.shape[0], *out), scale, out_dtype)
         y[n0 : n0 + chunk] = part
     return dst if dst is not None else y
+
+
+def _pointwise_on_onednn(xq, wq, p, out, groups: int, scale, out_dtype) -> bool:
+    """A 1x1 convolution (no padding) whose bfloat16 output oneDNN scales and writes itself (the bounded
+    route, one proven block, one scale) and whose output is large (routes.pointwise_on_onednn): oneDNN's,
+    where im2col_route would send it to _int_mm. With a float32 output oneDNN was not faster in a step
+    (MobileNetV2 gq 2-3% slower, Intel AMX), so float32 keeps _int_mm."""
+    k = wq.shape[2:]
+    if scale is None or out_dtype != torch.bfloat16 or groups != 1 or any(a != 1 for a in k) or any(p):
+        return False
+    if not (routes.onednn_exact() and routes.onednn_bounded()):
+        return False
+    if not routes.pointwise_on_onednn(xq.shape[0] * math.prod(out), xq.shape[1], wq.shape[0]):
+        return False
+    blocks = onednn.channel_blocks(wq, groups)
+    return blocks is not None and len(blocks) == 1 and _scale_vector(scale).numel() == 1
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -153,6 +153,19 @@ def native_depthwise(nd: int, groups: int, cin: int, cout: int) -> bool:
     return os.environ.get("REPRO_CPU_GEMM") != "torch" and native_available()
 
 
+# 1x1 convolutions with at least this many output rows (images x positions) go to oneDNN where it writes
+# the scaled output itself (pointwise_on_onednn)
+POINTWISE_ONEDNN_ROWS = 2048
+
+
+def pointwise_on_onednn(rows: int, cin: int, cout: int) -> bool:
+    """Whether a 1x1 convolution of `rows` output rows, cin -> cout channels, runs faster on oneDNN
+    (scaling its own output) than on im2col + _int_mm + epilogue: where the output is large and at least as
+    wide as the reduction, or the rows outnumber the reduction 16 times. _int_mm ran short reductions
+    into wide outputs up to 2x slower (measured on an Intel AMX Xeon, docs/measurements.md)."""
+    return (rows >= POINTWISE_ONEDNN_ROWS and cout >= cin) or rows >= 16 * cin
+
+
 def im2col_route(k, p, out, groups: int) -> bool:
     """Where im2col + _int_mm beats oneDNN (measured): 1x1 kernels without padding (the im2col is at
     most a strided copy; no uint8 conversion, prepack or fp32 round trip) and small outputs (<= 8x8
