@@ -228,7 +228,7 @@ def _pointwise_on_onednn(xq, wq, p, out, groups: int, scale, out_dtype) -> bool:
     """A 1x1 convolution (no padding) whose bfloat16 output oneDNN scales and writes itself (the bounded
     route, one proven block, one scale) and whose output is large (routes.pointwise_on_onednn): oneDNN's,
     where im2col_route would send it to _int_mm. With a float32 output oneDNN was not faster in a step
-    (MobileNetV2 gq 2-3% slower, Intel AMX), so float32 keeps _int_mm."""
+    (MobileNetV2 gq 3-4% slower, Intel AMX), so float32 keeps _int_mm."""
     k = wq.shape[2:]
     if scale is None or out_dtype != torch.bfloat16 or groups != 1 or any(a != 1 for a in k) or any(p):
         return False
