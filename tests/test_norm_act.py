@@ -205,6 +205,24 @@ def test_a_channels_values_do_not_depend_on_how_many_channels_share_a_vector(dty
         assert torch.equal(t[:kept], t_kept)
 
 
+@pytest.mark.parametrize("bias, weight", [(6.0, 1e-3), (0.0, 1e-41)])
+def test_bfloat16_mask_bounds_at_6_and_at_0(bias, weight):
+    """The bfloat16 mask at its two edges: outputs just below 6 that bfloat16 holds as 6, and subnormal
+    outputs above 0 that bfloat16 holds as 0 (below 2^-134). ReLU6 passes no gradient there, so the bias's
+    gradient is the sum of g where the stored y is strictly inside (0, 6)."""
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(4, 16, 5, 5, generator=gen).bfloat16().contiguous(memory_format=torch.channels_last)
+    w, b = torch.full((16,), weight), torch.full((16,), bias)
+    y, _, saved = cpu.norm_act_forward(x, w, b, 1e-5, 0.0, 6.0)
+    z = x.float() * saved.a.reshape(PER_CHANNEL) + saved.b.reshape(PER_CHANNEL)
+    inside = (y > 0) & (y < 6)
+    assert (((z > 0) & (z < 6)) != inside).sum() > 50  # a float32 mask would differ here
+    g = torch.randn(x.shape, generator=gen).bfloat16().contiguous(memory_format=torch.channels_last)
+    _, _, gb = cpu.norm_act_backward(g, x, w, saved)
+    want = (g.double() * inside).sum(dim=(0, 2, 3))
+    torch.testing.assert_close(gb.double(), want, rtol=1e-5, atol=1e-4)
+
+
 def test_a_changed_tensor_loses_its_facts():
     x = _input(seed=3)
     y, _, _ = cpu.norm_act_forward(x, None, None, 1e-5, -math.inf, math.inf)
