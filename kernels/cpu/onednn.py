@@ -117,6 +117,7 @@ def qconv_blocks(
     try:
         if len(blocks) == 1:
             if scale is not None:  # only given where the caller has proved fp32(acc) exact
+                # (out_dtype passed only where it is not float32: tests stand in for run with 8 arguments)
                 if out_dtype != torch.float32:
                     return run(xu, wq, packed[0], s, p, d, groups, scale, out_dtype)
                 return run(xu, wq, packed[0], s, p, d, groups, scale)

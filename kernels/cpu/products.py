@@ -156,15 +156,17 @@ def _conv_int(
     out = [(xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(len(s))]
     window = (slice(None), slice(None)) + tuple(crop if crop is not None else ())
     depthwise = routes.native_depthwise(len(s), groups, xq.shape[1], wq.shape[0])
-    to_im2col = depthwise or not routes.onednn_exact() or routes.im2col_route(k, p, out, groups)
-    if to_im2col and not depthwise and _pointwise_on_onednn(xq, wq, p, out, groups, scale, out_dtype):
-        to_im2col = False
+    to_im2col = depthwise or not routes.onednn_exact()
+    pointwise_blocks = None  # a 1x1 oneDNN takes from im2col_route: its weight's one proven block
+    if not to_im2col and routes.im2col_route(k, p, out, groups):
+        pointwise_blocks = _pointwise_onednn_blocks(xq, wq, p, out, groups, scale, out_dtype)
+        to_im2col = pointwise_blocks is None
     if to_im2col:
         y = im2col.conv_exact(xq, wq, s, p, d, groups, scale, out_dtype)
         return _as_dtype(y, scale, out_dtype) if dst is None else dst.copy_(y[window])
     if routes.onednn_bounded():
         # AMX: the output scan cannot see a rounded uncompensated sum; the weights must prove every block
-        blocks, checked = onednn.channel_blocks(wq, groups), False
+        blocks, checked = pointwise_blocks or onednn.channel_blocks(wq, groups), False
     else:
         # |x| <= 128, so |acc| <= 128 * max_oc ||w_oc||_1: if that is < 2^24 the fp32 output is exact
         blocks = [(0, wq.shape[1])]
@@ -224,20 +226,21 @@ def _conv_int(
     return dst if dst is not None else y
 
 
-def _pointwise_on_onednn(xq, wq, p, out, groups: int, scale, out_dtype) -> bool:
-    """A 1x1 convolution (no padding) whose bfloat16 output oneDNN scales and writes itself (the bounded
-    route, one proven block, one scale) and whose output is large (routes.pointwise_on_onednn): oneDNN's,
-    where im2col_route would send it to _int_mm. With a float32 output oneDNN was not faster in a step
-    (MobileNetV2 gq 3-4% slower, Intel AMX), so float32 keeps _int_mm."""
+def _pointwise_onednn_blocks(xq, wq, p, out, groups: int, scale, out_dtype) -> list[tuple[int, int]] | None:
+    """The weight's one proven block where a 1x1 convolution (no padding) goes to oneDNN although
+    im2col_route would send it to _int_mm: its bfloat16 output is large (routes.pointwise_on_onednn) and
+    oneDNN scales and writes it itself (the bounded route, one block, one scale); else None. With a float32
+    output oneDNN was not faster in a step (MobileNetV2 gq 3-4% slower, Intel AMX), so float32 keeps
+    _int_mm."""
     k = wq.shape[2:]
     if scale is None or out_dtype != torch.bfloat16 or groups != 1 or any(a != 1 for a in k) or any(p):
-        return False
-    if not (routes.onednn_exact() and routes.onednn_bounded()):
-        return False
+        return None
+    if not routes.onednn_bounded() or _scale_vector(scale).numel() != 1:
+        return None
     if not routes.pointwise_on_onednn(xq.shape[0] * math.prod(out), xq.shape[1], wq.shape[0]):
-        return False
+        return None
     blocks = onednn.channel_blocks(wq, groups)
-    return blocks is not None and len(blocks) == 1 and _scale_vector(scale).numel() == 1
+    return blocks if blocks is not None and len(blocks) == 1 else None
 
 
 # ----------------------------------------------------------------------------------------------------

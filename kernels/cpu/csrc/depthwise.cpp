@@ -81,7 +81,7 @@ struct DwOut {
     void* base;
     const float* scale;
     bool bf16;
-    // the output at element offset i, as store16 and gather_madd address it (a bfloat16 element is 2 bytes)
+    // element i, addressed as store16 writes it (4-byte elements, or 2-byte bfloat16)
     int32_t* at(int64_t i) const {
         return bf16 ? reinterpret_cast<int32_t*>(static_cast<uint16_t*>(base) + i) : static_cast<int32_t*>(base) + i;
     }
@@ -124,10 +124,9 @@ struct DwWeights {
     }
 };
 
-// out[c] = sum over taps of src[t][c] * w[c, t] for all channels (as float times *scale, if scale; out holds
-// bfloat16 where bf16)
-static void gather_madd(const int8_t* const* src, const DwWeights& w, const int8_t* wraw, int32_t* out,
-                        const float* scale, bool stream, bool bf16) {
+// out's elements from i: sum over taps of src[t][c] * w[c, t] for every channel c (as DwOut says)
+static void gather_madd(const int8_t* const* src, const DwWeights& w, const int8_t* wraw, const DwOut& out,
+                        int64_t i, bool stream) {
     int64_t c0 = 0;
 #ifdef __AVX2__
     for (; c0 < w.C16; c0 += 16) {
@@ -141,19 +140,18 @@ static void gather_madd(const int8_t* const* src, const DwWeights& w, const int8
             lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), w0));
             hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), w1));
         }
-        store16(bf16 ? reinterpret_cast<int32_t*>(reinterpret_cast<uint16_t*>(out) + c0) : out + c0, lo, hi, false,
-                scale, stream, bf16);
+        store16(out.at(i + c0), lo, hi, false, out.scale, stream, out.bf16);
     }
 #endif
     for (; c0 < w.C; ++c0) {
         int32_t acc = 0;
         for (int t = 0; t < w.taps; ++t) acc += (int32_t)src[t][c0] * (int32_t)wraw[c0 * w.taps + t];
-        if (bf16)
-            reinterpret_cast<uint16_t*>(out)[c0] = f32_to_bf16((float)acc * *scale);
-        else if (scale)
-            reinterpret_cast<float*>(out)[c0] = (float)acc * *scale;
+        if (out.bf16)
+            static_cast<uint16_t*>(out.base)[i + c0] = f32_to_bf16((float)acc * *out.scale);
+        else if (out.scale)
+            static_cast<float*>(out.base)[i + c0] = (float)acc * *out.scale;
         else
-            out[c0] = acc;
+            static_cast<int32_t*>(out.base)[i + c0] = acc;
     }
 }
 
@@ -174,7 +172,7 @@ static void dw_forward(const int8_t* x, const int8_t* w, const DwOut& y, const D
                     const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
                     src[kh * g.KW + kw] = in ? x + ((n * g.H + ih) * g.W + iw) * g.C : zeros.data();
                 }
-            gather_madd(src, wt, w, y.at(((n * g.OH + oh) * g.OW + ow) * g.C), y.scale, stream, y.bf16);
+            gather_madd(src, wt, w, y, ((n * g.OH + oh) * g.OW + ow) * g.C, stream);
         }
     });
 }
@@ -227,8 +225,7 @@ static void dw_input_grad(const int8_t* gy, const int8_t* w, const DwOut& dx, co
                 const bool in = th >= 0 && tw >= 0 && oh < g.OH && ow < g.OW;
                 src[t] = in ? gy + ((n * g.OH + oh) * g.OW + ow) * g.C : zeros.data();
             }
-            gather_madd(src, pwt[ph], pw[ph].data(), dx.at(((n * g.H + ih) * g.W + iw) * g.C), dx.scale, stream,
-                        dx.bf16);
+            gather_madd(src, pwt[ph], pw[ph].data(), dx, ((n * g.H + ih) * g.W + iw) * g.C, stream);
         }
     });
 }

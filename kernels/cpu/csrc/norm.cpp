@@ -90,9 +90,8 @@ struct Elem<uint16_t> {
 
 // A vector width's operations for element type T, so that each pass's vector loop is written once for 8
 // lanes (AVX2) and 16 (AVX-512): the float arithmetic, inside (g where lo < z < hi, else 0), codes (the
-// nearest int8 codes, stored), and T's load, round (a bfloat16 NaN kept a NaN by a blend rather than by
-// f32_to_bf16's quiet bit: 4 operations fewer, in passes bound by their arithmetic) and store (of a rounded
-// value; `stream`: a non-temporal store, asked for only where the address is aligned).
+// nearest int8 codes, stored), and T's load, round (bf16.h's) and store (of a rounded value, so a bfloat16
+// is its upper half; `stream`: a non-temporal store, asked for only where the address is aligned).
 #ifdef __AVX2__
 template <class T>
 struct V8 {
@@ -117,11 +116,7 @@ struct V8 {
     }
     static F round(F v) {
         if constexpr (std::is_same_v<T, float>) return v;
-        const __m256i u = _mm256_castps_si256(v);
-        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-        const __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)),
-                                           _mm256_set1_epi32((int)0xFFFF0000u));
-        return _mm256_blendv_ps(_mm256_castsi256_ps(r), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        else return round_bf16x8(v);
     }
     static void store(T* p, F v, bool stream) {
         if constexpr (std::is_same_v<T, float>) {
@@ -157,16 +152,11 @@ struct V16 {
     static void codes(int8_t* q, F v, F inv) { store16(q, codes_nearest16(v, inv)); }
     static F load(const T* p) {
         if constexpr (std::is_same_v<T, float>) return _mm512_loadu_ps(p);
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        else return load_bf16x16(p);
     }
     static F round(F v) {
         if constexpr (std::is_same_v<T, float>) return v;
-        const __m512i u = _mm512_castps_si512(v);
-        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-        const __m512i r = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)),
-                                           _mm512_set1_epi32((int)0xFFFF0000u));
-        return _mm512_mask_mov_ps(_mm512_castsi512_ps(r), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+        else return round_bf16x16(v);
     }
     static void store(T* p, F v, bool stream) {
         if constexpr (std::is_same_v<T, float>) {

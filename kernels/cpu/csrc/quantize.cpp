@@ -435,7 +435,7 @@ template <int DT>
 static inline __m512 load16(const void* p, int64_t i) {
     const auto* h = reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i);
     if constexpr (DT == F32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
-    else if constexpr (DT == BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h)), 16));
+    else if constexpr (DT == BF16) return load_bf16x16(static_cast<const uint16_t*>(p) + i);
     else return _mm512_cvtph_ps(_mm256_loadu_si256(h));
 }
 
