@@ -68,7 +68,10 @@ def pad_zero(xq: torch.Tensor, p) -> torch.Tensor:
         return xq
     # F.pad keeps torch's memory formats (channels-last 2-D and 3-D), not a 1-D channels-last layout
     if xq.numel() * xq.element_size() <= PAD_ONE_OP_BYTES and (xq.dim() in (4, 5) or not is_cl(xq)):
-        return F.pad(xq, [v for b in reversed(p) for v in (b, b)])
+        xp = F.pad(xq, [v for b in reversed(p) for v in (b, b)])
+        # a 1x1 map's strides fit both layouts, and F.pad then pads it into NCHW: the channels-last im2col
+        # tables (implicit_columns) would read it as channels-last (DenseNet's 3x3 layers at 1x1, 32 px)
+        return as_cl(xp) if is_cl(xq) else xp
     n, c, *sp = xq.shape
     shape = (n, c, *(a + 2 * b for a, b in zip(sp, p, strict=True)))
     xp = empty_cl(shape, xq.dtype) if is_cl(xq) else torch.empty(shape, dtype=xq.dtype)
