@@ -641,6 +641,7 @@ def test_large_pointwise_bfloat16_outputs_go_to_onednn(monkeypatch, large):
     if not routes.onednn_exact():
         pytest.skip("oneDNN's int8 convolution is not this CPU's route")
     monkeypatch.setattr(routes, "onednn_bounded", lambda: True)
+    monkeypatch.setattr(routes, "native_gemm", lambda: False)  # (the AMX GEMM, where built, takes them first)
     monkeypatch.setattr(routes, "pointwise_on_onednn", lambda rows, cin, cout: large)
     calls = []
     real_run = onednn.run

@@ -23,6 +23,19 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(params=["amx", "vector"])
+def gemm_kernel(request):
+    """Each GEMM test on both of the native GEMM's kernels: AMX tiles (gemm_amx.cpp, where built and allowed)
+    and the vector one (gemm.cpp), which an AMX machine would otherwise never run."""
+    if request.param == "amx" and not native.allow_amx(True):
+        pytest.skip("no AMX tiles here")
+    native.allow_amx(request.param == "amx")
+    cpu.clear_route_caches()
+    yield request.param
+    native.allow_amx(True)
+    cpu.clear_route_caches()
+
+
 def test_the_native_library_builds_where_a_compiler_exists():
     runtime.build()  # raises NativeBuildError with the compiler's own output
     assert runtime.available()
@@ -301,7 +314,7 @@ def test_torch_fallback_agrees_with_the_native_code(monkeypatch, axis, layout):
         (97, 770, 24),
     ],
 )
-def test_native_gemm_is_exact_for_every_operand_layout(m, k, n):
+def test_native_gemm_is_exact_for_every_operand_layout(gemm_kernel, m, k, n):
     gen = torch.Generator().manual_seed(m + k + n)
     a = torch.randint(-127, 128, (m, k), generator=gen, dtype=torch.int8)
     b = torch.randint(-127, 128, (k, n), generator=gen, dtype=torch.int8)
@@ -314,9 +327,15 @@ def test_native_gemm_is_exact_for_every_operand_layout(m, k, n):
     # with a scale: the epilogue's arithmetic, float32(acc) * scale, written by the GEMM's last K block
     scale = torch.tensor([0.37], dtype=torch.float32)
     assert torch.equal(native.gemm(a.t().contiguous().t(), b, scale=scale), want.to(torch.float32) * scale)
+    # bfloat16: that float32 value rounded to nearest even, as the epilogue's bfloat16 form rounds it
+    got = native.gemm(a, b.t().contiguous().t(), scale=scale, out_dtype=torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, cpu.dequantize(want, scale, dtype=torch.bfloat16))
+    # an operand with no unit stride (every third column): read element by element
+    wide = torch.randint(-127, 128, (m, 3 * k), generator=gen, dtype=torch.int8)
+    assert torch.equal(native.gemm(wide[:, ::3], b), (wide[:, ::3].long() @ b.long()).to(torch.int32))
 
 
-def test_native_gemm_splits_a_long_reduction_exactly():
+def test_native_gemm_splits_a_long_reduction_exactly(gemm_kernel):
     """K = 40,000 with a small output: the threads take ranges of K and add their int32 partial sums."""
     gen = torch.Generator().manual_seed(0)
     a = torch.randint(-127, 128, (24, 40_000), generator=gen, dtype=torch.int8)
@@ -473,7 +492,7 @@ def _cl(t: torch.Tensor) -> torch.Tensor:
     ],
     ids=str,
 )
-def test_native_pointwise_products_are_exact(monkeypatch, n, cin, cout, spatial):
+def test_native_pointwise_products_are_exact(monkeypatch, gemm_kernel, n, cin, cout, spatial):
     """1x1 convolutions (stride 1, no padding, ungrouped) on the native route are one GEMM each
     (products._pointwise_*). Every pass equals the reference bit for bit; with out_scale, the reference
     followed by the epilogue. The results have the general path's strides and view-ness (autograd adds
@@ -529,6 +548,12 @@ def test_native_pointwise_products_are_exact(monkeypatch, n, cin, cout, spatial)
                 assert y.dtype == torch.int32 and torch.equal(y, want[what]), (lay, what)
                 assert y.stride() == general[what].stride(), (lay, what)
                 assert y._is_view() == general[what]._is_view(), (lay, what)
+            bf16 = torch.bfloat16
+            for what, y in {
+                "forward": cpu.conv_forward(xx, ww, out_scale=scale, out_dtype=bf16),
+                "input grad": cpu.conv_input_grad(gg, ww, xx.shape, out_scale=scale, out_dtype=bf16),
+            }.items():  # written by the GEMM itself, rounded as the epilogue rounds
+                assert y.dtype == bf16 and torch.equal(y, cpu.dequantize(want[what], scale, dtype=bf16))
             for what, y in scaled.items():
                 assert y.dtype == torch.float32, (lay, what)
                 assert torch.equal(y.view(torch.int32), cpu.dequantize(want[what], scale).view(torch.int32))
@@ -553,7 +578,9 @@ def test_native_pointwise_products_are_exact(monkeypatch, n, cin, cout, spatial)
     ],
     ids=str,
 )
-def test_native_implicit_im2col_products_are_exact(monkeypatch, n, cin, cout, spatial, k, s, p, d):
+def test_native_implicit_im2col_products_are_exact(
+    monkeypatch, gemm_kernel, n, cin, cout, spatial, k, s, p, d
+):
     """Ungrouped convolutions whose channels are a multiple of 16 run one native GEMM that reads the padded
     input itself (im2col.implicit_columns, native.gemm_tables): every pass equals the reference bit for bit
     (with out_scale, the reference and the epilogue), with the strides and view-ness of the copied-columns
@@ -586,6 +613,10 @@ def test_native_implicit_im2col_products_are_exact(monkeypatch, n, cin, cout, sp
             "weight grad": lambda: cpu.conv_weight_grad(x, g, w.shape, *geo),
             "forward scaled": lambda: cpu.conv_forward(x, w, *geo, out_scale=scale),
             "input grad scaled": lambda: cpu.conv_input_grad(g, w, x.shape, *geo, out_scale=scale),
+            "forward bf16": lambda: cpu.conv_forward(x, w, *geo, out_scale=scale, out_dtype=torch.bfloat16),
+            "input grad bf16": lambda: cpu.conv_input_grad(
+                g, w, x.shape, *geo, out_scale=scale, out_dtype=torch.bfloat16
+            ),
         }
         got, tables_used, every_call = {}, {}, []
         for what, call in passes.items():
@@ -611,6 +642,9 @@ def test_native_implicit_im2col_products_are_exact(monkeypatch, n, cin, cout, sp
                 assert t.dtype == torch.float32 and torch.equal(
                     t.view(torch.int32), expect.view(torch.int32)
                 ), what
+            elif what.endswith("bf16"):  # rounded by the GEMM itself where it reads the columns in place
+                expect = cpu.dequantize(want[what.removesuffix(" bf16")], scale, dtype=torch.bfloat16)
+                assert t.dtype == torch.bfloat16 and torch.equal(t, expect), what
             else:
                 assert t.dtype == torch.int32 and torch.equal(t, want[what]), what
             assert t.stride() == copied[what].stride() and t._is_view() == copied[what]._is_view(), what
@@ -618,7 +652,7 @@ def test_native_implicit_im2col_products_are_exact(monkeypatch, n, cin, cout, sp
         cpu.clear_route_caches()
 
 
-def test_native_gemm_threads_split_rows_or_columns_exactly():
+def test_native_gemm_threads_split_rows_or_columns_exactly(gemm_kernel):
     """Two threads take ranges of rows, or of columns where B is the larger operand (N > M), and leave
     the same int32 result, scaled or not."""
     gen = torch.Generator().manual_seed(7)
@@ -655,3 +689,17 @@ def test_pad_zero_pads_with_zeros_in_either_layout(monkeypatch, shape, p, one_op
             got = cpu.im2col.pad_zero(xx, p)
         assert torch.equal(got, want)
         assert cpu.memory.is_cl(got) == cpu.memory.is_cl(xx)
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_products_take_the_native_gemm_where_it_runs_on_amx_tiles(monkeypatch, amx):
+    """With VNNI, torch's int8 kernels serve the products, except on AMX tiles: there the native GEMM takes
+    the GEMMs (torch._int_mm's oneDNN gemm does not use the tiles), unless REPRO_CPU_GEMM=torch."""
+    monkeypatch.delenv("REPRO_CPU_GEMM", raising=False)
+    monkeypatch.setattr(cpu.routes, "torch_int8_fast", lambda: True)
+    monkeypatch.setattr(cpu.routes, "native_amx", lambda: amx)
+    cpu.routes.native_gemm.cache_clear()
+    assert cpu.routes.native_gemm() is amx
+    monkeypatch.setenv("REPRO_CPU_GEMM", "torch")
+    cpu.routes.native_gemm.cache_clear()
+    assert cpu.routes.native_gemm() is False

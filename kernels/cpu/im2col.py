@@ -44,7 +44,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scale=
 
     ``scale``: float32 acc * scale instead, bit for bit the dequantizing epilogue's result; the native GEMM
     writes it in its last pass over the output, the other routes run the epilogue after."""
-    if not routes.torch_int8_fast():
+    if routes.native_gemm():
         if out is None:
             out = huge_pages(torch.empty((a.shape[0], b.shape[1]), dtype=torch.int32))
             out = out if scale is None else native.as_float_view(out)
@@ -111,7 +111,7 @@ def implicit_ok(channels: int) -> bool:
     padded channels-last copy (``implicit_columns``): on the native route, with a multiple of 16 channels
     (its 16-byte loads then stay inside one tap). Elsewhere the columns are copied out (``im2col``). Decided
     before any padding, so the other routes do not pay for a padded copy they would not read."""
-    return not routes.torch_int8_fast() and channels % 16 == 0
+    return routes.native_gemm() and channels % 16 == 0
 
 
 @functools.lru_cache(maxsize=32)  # (a detector's varying image sizes: a bounded few MB)
@@ -145,7 +145,7 @@ def conv_exact(
     Groups are done blk at a time with a block-diagonal weight (zeros between the groups), so that
     depthwise convolutions are batched matmuls too.
     """
-    if scale is not None and out_dtype != torch.float32 and routes.torch_int8_fast():
+    if scale is not None and out_dtype != torch.float32 and not routes.native_gemm():
         # bfloat16 from _int_mm's int32 in one pass, not the float32 epilogue's pass and a conversion after it
         return dequantize(conv_exact(xq, wq, s, p, d, groups), scale, dtype=out_dtype)
     nd = len(s)
@@ -167,8 +167,11 @@ def conv_exact(
         # weights as (Cout, prod(k) * a) with columns (k..., c), the order of the channels-last im2col
         wm = wq.movedim(1, -1).reshape(cout, ntap, a).contiguous()
     fused = scale is not None and groups == 1  # the grouped products below are assembled in int32
-    y = empty_cl((n, cout, *out), torch.int32)
-    y = native.as_float_view(y) if fused else y
+    if fused and out_dtype == torch.bfloat16:  # the native GEMM rounds its scaled result itself
+        y = empty_cl((n, cout, *out), out_dtype)
+    else:
+        y = empty_cl((n, cout, *out), torch.int32)
+        y = native.as_float_view(y) if fused else y
     ymat = y.movedim(1, -1).view(n * npos, cout)  # rows (n, o...), contiguous
     if groups == 1 and implicit_ok(cin):  # one GEMM over the whole batch, its packing reading xp itself
         xp = pad_zero(as_cl(xq), p)  # channels-last: the channels contiguous, as the tables need

@@ -24,46 +24,60 @@ def as_float_view(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.float32)
 
 
-def _out(out: torch.Tensor | None, shape, scale) -> torch.Tensor:
-    want = torch.int32 if scale is None else torch.float32
+def _out(out: torch.Tensor | None, shape, scale, out_dtype=torch.float32) -> torch.Tensor:
+    want = torch.int32 if scale is None else out_dtype
     if out is None:
+        if want == torch.bfloat16:
+            return torch.empty(shape, dtype=want)
         t = torch.empty(shape, dtype=torch.int32)
         return t if scale is None else as_float_view(t)
-    if out.dtype != want:
+    if out.dtype != want and not (scale is not None and out.dtype in (torch.float32, torch.bfloat16)):
         raise TypeError(f"expected a {want} output, got {out.dtype}")
     return out
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scale=None) -> torch.Tensor:
+def _bf16_flag(out: torch.Tensor) -> int:
+    return int(out.dtype == torch.bfloat16)
+
+
+def allow_amx(allowed: bool) -> bool:
+    """Let the GEMM run on AMX tiles where it can (the default), or not (tests of the other GEMM,
+    comparisons); returns whether it now does. Clear the route caches after (cpu.clear_route_caches)."""
+    return bool(library().rq_allow_amx(int(allowed)))
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scale=None,
+         out_dtype=torch.float32) -> torch.Tensor:  # fmt: skip
     """Exact int8 (M, K) @ int8 (K, N) -> int32 (M, N), any strides; into `out` (unit column stride) if
-    given. With `scale`: float32 acc * scale (module docstring)."""
+    given. With `scale`: float32 acc * scale (module docstring), or that rounded to `out_dtype` bfloat16."""
     lib = library()
     m, k = a.shape
     n = b.shape[1]
     scale = _scale_arg(scale)
-    out = _out(out, (m, n), scale)
+    out = _out(out, (m, n), scale, out_dtype)
     if out.stride(1) != 1 and n > 1:
         raise ValueError("gemm: out needs unit column stride")
     lib.rq_gemm_s8(m, n, k, pointer(a), a.stride(0), a.stride(1), pointer(b), b.stride(0), b.stride(1),
-                   pointer(out), out.stride(0), pointer(scale))  # fmt: skip
+                   pointer(out), out.stride(0), pointer(scale), _bf16_flag(out))  # fmt: skip
     return out
 
 
 def gemm_rows(m, n, k, a, sam, sak, b, sbk, sbn, out, ldc, scale=None) -> None:
-    """rq_gemm_s8 on tensors whose strides the caller has checked (out: int32, or float32 with `scale`):
-    the 1x1 convolutions' products (kernels.cpu.products), one call without gemm's checks and copies."""
+    """rq_gemm_s8 on tensors whose strides the caller has checked (out: int32, or float32 or bfloat16 with
+    `scale`): the 1x1 convolutions' products (kernels.cpu.products), one call without gemm's checks and
+    copies."""
     if scale is not None and not (scale.dtype == torch.float32 and scale.device.type == "cpu" and
                                   scale.numel() == 1):  # fmt: skip
         scale = _scale_arg(scale)
     library().rq_gemm_s8(m, n, k, a.data_ptr(), sam, sak, b.data_ptr(), sbk, sbn, out.data_ptr(), ldc,
-                         None if scale is None else scale.data_ptr())  # fmt: skip
+                         None if scale is None else scale.data_ptr(), _bf16_flag(out))  # fmt: skip
 
 
 def gemm_tables(m, n, k, a, a_m, a_k, b, b_k, b_n, out, ldc, scale=None) -> None:
     """rq_gemm_s8 with axes read through tables: C (m, n) = A . B, element (i, j) of an operand at
     data_ptr + off_row(i) + off_col(j), each axis given as ``(stride, None, 1)`` (off(v) = v * stride) or
     ``(0, table, run)`` (off(v) = table[v // run] + v % run, table an int64 tensor): the implicit im2col
-    (``im2col.implicit_columns``). ``out`` int32, or float32 with ``scale`` (as gemm_rows)."""
+    (``im2col.implicit_columns``). ``out`` int32, or float32 or bfloat16 with ``scale`` (as gemm_rows)."""
     if scale is not None:
         scale = _scale_arg(scale)
 
@@ -73,7 +87,7 @@ def gemm_tables(m, n, k, a, a_m, a_k, b, b_k, b_n, out, ldc, scale=None) -> None
 
     scale_ptr = None if scale is None else scale.data_ptr()
     library().rq_gemm_s8_tables(m, n, k, a.data_ptr(), *axis(a_m), *axis(a_k), b.data_ptr(), *axis(b_k),
-                                *axis(b_n), out.data_ptr(), ldc, scale_ptr)  # fmt: skip
+                                *axis(b_n), out.data_ptr(), ldc, scale_ptr, _bf16_flag(out))  # fmt: skip
 
 
 def _channels_last_2d(t: torch.Tensor) -> torch.Tensor:

@@ -235,8 +235,8 @@ def _pointwise_onednn_blocks(xq, wq, p, out, groups: int, scale, out_dtype) -> l
     k = wq.shape[2:]
     if scale is None or out_dtype != torch.bfloat16 or groups != 1 or any(a != 1 for a in k) or any(p):
         return None
-    if not routes.onednn_bounded() or _scale_vector(scale).numel() != 1:
-        return None
+    if not routes.onednn_bounded() or _scale_vector(scale).numel() != 1 or routes.native_gemm():
+        return None  # (on AMX the native GEMM writes bfloat16 itself and beats oneDNN: it takes these)
     if not routes.pointwise_on_onednn(xq.shape[0] * math.prod(out), xq.shape[1], wq.shape[0]):
         return None
     blocks = onednn.channel_blocks(wq, groups)
@@ -257,20 +257,23 @@ def _pointwise(k, s, p, groups) -> bool:
         and all(v == 1 for v in k)
         and all(v == 1 for v in s)
         and not any(p)
-        and (not routes.torch_int8_fast())
+        and routes.native_gemm()
     )
 
 
-def _rows_out(n, spatial, c, scale) -> tuple[torch.Tensor, torch.Tensor]:
-    """A channels-last (N, C, *spatial) output, and the (rows, C) int32 buffer its GEMM writes. With a scale
-    the output is float32, made as conv_exact makes it (movedim, then native.as_float_view: a tensor autograd
-    does not count as a view, which decides how it adds gradients, native's docstring)."""
+def _rows_out(n, spatial, c, scale, out_dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """A channels-last (N, C, *spatial) output, and the (rows, C) buffer its GEMM writes. int32; with a scale
+    float32, made as conv_exact makes it (movedim, then native.as_float_view: a tensor autograd does not count
+    as a view, which decides how it adds gradients, native's docstring), or bfloat16 (``out_dtype``)."""
+    if scale is not None and out_dtype == torch.bfloat16:
+        buf = huge_pages(torch.empty((n, *spatial, c), dtype=out_dtype))
+        return buf.movedim(-1, 1), buf
     buf = huge_pages(torch.empty((n, *spatial, c), dtype=torch.int32))
     y = buf.movedim(-1, 1)
     return (y if scale is None else native.as_float_view(y)), buf
 
 
-def _pointwise_gemm(aq, wq, scale, *, transposed: bool) -> torch.Tensor | None:
+def _pointwise_gemm(aq, wq, scale, *, transposed: bool, out_dtype=torch.float32) -> torch.Tensor | None:
     """A 1x1 stride-1 product as one GEMM over the rows of channels-last `aq`: the forward pass
     y[r, o] = sum_c x[r, c] w[o, c]; `transposed`, the input gradient dx[r, c] = sum_o g[r, o] w[o, c]."""
     ld = cl_row_stride(aq)
@@ -278,7 +281,7 @@ def _pointwise_gemm(aq, wq, scale, *, transposed: bool) -> torch.Tensor | None:
         return None
     n, k, *sp = aq.shape
     m = wq.shape[1] if transposed else wq.shape[0]
-    out, buf = _rows_out(n, sp, m, scale)
+    out, buf = _rows_out(n, sp, m, scale, out_dtype)
     w_strides = (wq.stride(0), wq.stride(1)) if transposed else (wq.stride(1), wq.stride(0))
     native.gemm_rows(n * math.prod(sp), m, k, aq, ld, 1, wq, *w_strides, buf, m, scale)
     return out
@@ -319,7 +322,7 @@ def conv_forward(
     if routes.native_depthwise(nd, groups, xq.shape[1], wq.shape[0]):  # where _conv_int would send it
         return native.depthwise_forward(xq, wq, s, p, d, out, out_scale, out_dtype)
     if _pointwise(k, s, p, groups):
-        y = _pointwise_gemm(xq, wq, out_scale, transposed=False)
+        y = _pointwise_gemm(xq, wq, out_scale, transposed=False, out_dtype=out_dtype)
         if y is not None:
             return _as_dtype(y, out_scale, out_dtype)
     return _conv_int(xq, wq, s, p, d, groups, scale=out_scale, out_dtype=out_dtype)
@@ -409,7 +412,7 @@ def conv_input_grad(
     if routes.native_depthwise(nd, groups, cin, cout):
         return native.depthwise_input_grad(gq, wq, input_shape, s, p, d, out_scale, out_dtype)
     if _pointwise(k, s, p, groups):
-        dx = _pointwise_gemm(gq, wq, out_scale, transposed=True)
+        dx = _pointwise_gemm(gq, wq, out_scale, transposed=True, out_dtype=out_dtype)
         if dx is not None:
             return _as_dtype(dx, out_scale, out_dtype)
     a, b = cin // groups, cout // groups

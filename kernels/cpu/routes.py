@@ -18,6 +18,7 @@ import torch
 
 from . import onednn
 from .runtime import available as native_available
+from .runtime import library as native_library
 
 CHUNK_IMAGES = None  # tests: force this many images per batch chunk
 # convolutions with at most this many output positions per image go to im2col + _int_mm
@@ -51,6 +52,26 @@ def torch_int8_fast() -> bool:
     if forced in ("torch", "native"):
         return forced == "torch" or not native_available()
     return bool(torch.cpu._is_vnni_supported()) or not native_available()
+
+
+@functools.cache
+def native_gemm() -> bool:
+    """Whether the products' GEMMs (1x1 and small-map convolutions, weight gradients, linear layers) run on
+    the native library: where torch's int8 kernels are slow (torch_int8_fast false), and on AMX CPUs, whose
+    tiles the native GEMM uses (kernels/cpu/csrc/gemm_amx.cpp) and torch._int_mm does not: oneDNN's gemm API
+    ran ResNet-50's 1x1 products at 1.4-2x the AMX GEMM's time alone, and slower still inside a step
+    (docs/measurements.md). REPRO_CPU_GEMM=torch keeps _int_mm; the 3x3 convolutions stay on oneDNN either
+    way (onednn_exact)."""
+    if not torch_int8_fast():
+        return True
+    return os.environ.get("REPRO_CPU_GEMM") != "torch" and native_amx()
+
+
+def native_amx() -> bool:
+    """Whether the native library's GEMM runs on AMX tiles here (built with AMX-INT8, allowed by Linux and
+    by ``native.allow_amx``)."""
+    lib = native_library()
+    return lib is not None and lib.rq_allow_amx(-1) == 1
 
 
 def batch_chunk(n: int, bytes_per_image: int, budget: int) -> int:
@@ -139,7 +160,14 @@ def clear_route_caches() -> None:
     """Forget every route decision (probes, the forced route, oneDNN's refusals): they are made again
     under the environment at the next call. For tests that change REPRO_CPU_GEMM, REPRO_ONEDNN_GUARD
     or ONEDNN_MAX_CPU_ISA."""
-    for probe in (torch_int8_fast, int_mm_exact, onednn_exact, compensation_rounds, onednn_bounded):
+    for probe in (
+        torch_int8_fast,
+        native_gemm,
+        int_mm_exact,
+        onednn_exact,
+        compensation_rounds,
+        onednn_bounded,
+    ):
         probe.cache_clear()
     onednn.REFUSED.clear()
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
-SOURCES = ("quantize.cpp", "gemm.cpp", "depthwise.cpp", "float_format.cpp", "norm.cpp")
-HEADERS = ("philox.h", "codes.h", "moments.h", "bf16.h")
+SOURCES = ("quantize.cpp", "gemm.cpp", "gemm_amx.cpp", "depthwise.cpp", "float_format.cpp", "norm.cpp")
+HEADERS = ("philox.h", "codes.h", "moments.h", "bf16.h", "gemm_operand.h", "gemm_amx.h")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 
 
@@ -98,11 +98,14 @@ def library() -> ctypes.CDLL | None:
         fn.restype = i32
     lib.rq_dequantize.argtypes = (ptr, ptr, i32, i64, i64, i64, ptr, i32)
     lib.rq_dequantize.restype = None
-    lib.rq_gemm_s8.argtypes = (i64, i64, i64, ptr, i64, i64, ptr, i64, i64, ptr, i64, ptr)
+    # ..., scale, whether the output is bfloat16
+    lib.rq_gemm_s8.argtypes = (i64, i64, i64, ptr, i64, i64, ptr, i64, i64, ptr, i64, ptr, i32)
     lib.rq_gemm_s8.restype = None
     axes = (i64, ptr, i64) * 2  # an operand's two axes: stride, table, run
-    lib.rq_gemm_s8_tables.argtypes = (i64, i64, i64, ptr, *axes, ptr, *axes, ptr, i64, ptr)
+    lib.rq_gemm_s8_tables.argtypes = (i64, i64, i64, ptr, *axes, ptr, *axes, ptr, i64, ptr, i32)
     lib.rq_gemm_s8_tables.restype = None
+    lib.rq_allow_amx.argtypes = (i32,)
+    lib.rq_allow_amx.restype = i32
     for fn in (lib.rq_dw_forward, lib.rq_dw_input_grad):  # ..., scale, whether the output is bfloat16
         fn.argtypes = (ptr, ptr, ptr, ptr, ptr, i32)
         fn.restype = i32

@@ -19,17 +19,25 @@
 // followed by the epilogue, without the epilogue's pass over the output. The int32 partial sums of
 // earlier K blocks go through the same memory.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include <omp.h>
 
+#include "bf16.h"
+#include "gemm_amx.h"
+#include "gemm_operand.h"
+
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
 
 namespace rq {
+
+// rq_allow_amx: whether gemm tries the AMX GEMM first (tests and comparisons turn it off to reach this file's)
+static std::atomic<bool> amx_allowed{true};
 
 constexpr int MR = 6;           // rows of A in the register tile (broadcast, one pair at a time)
 constexpr int NR = 16;          // columns of B in the register tile (two vectors of 8)
@@ -43,26 +51,6 @@ constexpr int64_t NC = 1024;    // columns of B per block (multiple of NR)
 // faster at 4.8 MB, non-temporal ones at 12.8 and 38 MB, the two even at 14 MB)
 constexpr int64_t STREAM_BYTES = 8 << 20;
 constexpr int64_t PAD = 8;      // int32 slack after a packed block: the 6-wide fast packs store 8 at a time
-
-// An operand's element (i, k) lies at p + off(i) + off(k), i its panel index (m of A, n of B). An axis is
-// either strided (v * stride) or read through a table of run starts (t[v / run] + v % run: the implicit
-// im2col of a channels-last convolution, where a row (n, o...) or a tap (k...) is a table entry and the run
-// its channels, contiguous), so the packing reads the convolution's input itself instead of a copy of it
-// 9 times its size (docs/measurements.md).
-struct Axis {
-    int64_t stride;
-    const int64_t* t = nullptr;
-    int64_t run = 1;
-    int64_t off(int64_t v) const { return t ? (run == 1 ? t[v] : t[v / run] + v % run) : v * stride; }
-    // whether [v, v + count) is one unit-stride run
-    bool unit(int64_t v, int64_t count) const { return t ? v % run + count <= run : stride == 1 || count == 1; }
-};
-
-struct Operand {
-    const int8_t* p;
-    Axis idx, k;
-    const int8_t* at(int64_t i, int64_t kk) const { return p + idx.off(i) + k.off(kk); }
-};
 
 static inline int32_t pair16(int8_t lo, int8_t hi) {
     return (int32_t)((uint32_t)(uint16_t)(int16_t)lo | ((uint32_t)(uint16_t)(int16_t)hi << 16));
@@ -375,25 +363,46 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
                 reinterpret_cast<float*>(c)[m * ldc + n] = (float)c[m * ldc + n] * *scale;
 }
 
+// gemm with the output as int32, float32 (scale) or, `bf16`, float32 rounded to bfloat16 (scale too): AMX tiles
+// where usable and allowed, else the float32 GEMM above into a buffer, rounded
+static void gemm_out(int64_t M, int64_t N, int64_t K, Operand a, Operand b, void* c, int64_t ldc, const float* scale,
+                     bool bf16) {
+    if (M == 0 || N == 0) return;
+    if (K > 0 && amx_allowed.load(std::memory_order_relaxed) && gemm_amx(M, N, K, a, b, c, ldc, scale, bf16)) return;
+    if (!bf16) return gemm(M, N, K, a, b, static_cast<int32_t*>(c), ldc, scale);
+    std::vector<int32_t> tmp((size_t)(M * N));
+    gemm(M, N, K, a, b, tmp.data(), N, scale);
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n)
+            static_cast<uint16_t*>(c)[m * ldc + n] = f32_to_bf16(reinterpret_cast<const float*>(tmp.data())[m * N + n]);
+}
+
 }  // namespace rq
 
 extern "C" {
 
 // C[m * ldc + n] = sum_k A[m * sam + k * sak] * B[k * sbk + n * sbn]; with a scale (nullable) C is float32
-// and holds (float)sum * *scale
+// and holds (float)sum * *scale, with `bf16` too that value rounded to bfloat16
 void rq_gemm_s8(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, int64_t sak, const int8_t* B,
-                int64_t sbk, int64_t sbn, int32_t* C, int64_t ldc, const float* scale) {
-    rq::gemm(M, N, K, rq::Operand{A, {sam}, {sak}}, rq::Operand{B, {sbn}, {sbk}}, C, ldc, scale);
+                int64_t sbk, int64_t sbn, void* C, int64_t ldc, const float* scale, int bf16) {
+    rq::gemm_out(M, N, K, rq::Operand{A, {sam}, {sak}}, rq::Operand{B, {sbn}, {sbk}}, C, ldc, scale, bf16 != 0);
 }
 
 // rq_gemm_s8 with an axis read through a table (rq::Axis): each operand's m / n axis and k axis take a
 // stride, or a table of run starts (nullable) and the run's length; a run's elements are contiguous
 void rq_gemm_s8_tables(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, const int64_t* tam,
                        int64_t ram, int64_t sak, const int64_t* tak, int64_t rak, const int8_t* B, int64_t sbk,
-                       const int64_t* tbk, int64_t rbk, int64_t sbn, const int64_t* tbn, int64_t rbn, int32_t* C,
-                       int64_t ldc, const float* scale) {
-    rq::gemm(M, N, K, rq::Operand{A, {sam, tam, ram}, {sak, tak, rak}},
-             rq::Operand{B, {sbn, tbn, rbn}, {sbk, tbk, rbk}}, C, ldc, scale);
+                       const int64_t* tbk, int64_t rbk, int64_t sbn, const int64_t* tbn, int64_t rbn, void* C,
+                       int64_t ldc, const float* scale, int bf16) {
+    rq::gemm_out(M, N, K, rq::Operand{A, {sam, tam, ram}, {sak, tak, rak}},
+                 rq::Operand{B, {sbn, tbn, rbn}, {sbk, tbk, rbk}}, C, ldc, scale, bf16 != 0);
+}
+
+// whether rq_gemm_s8 runs on AMX tiles (gemm_amx.cpp): 1 or 0; `allow` 0 or 1 turns that off or on first
+// (-1: only asks)
+int rq_allow_amx(int allow) {
+    if (allow >= 0) rq::amx_allowed.store(allow != 0);
+    return rq::amx_allowed.load() && rq::amx_usable() ? 1 : 0;
 }
 
 }  // extern "C"

@@ -1,0 +1,336 @@
+// Exact int8 GEMM on Intel AMX tiles: C = A . B, int8 x int8 -> int32 sums (TDPBSSD), written as int32, as
+// float32 (float)acc * scale, or as that value rounded to bfloat16.
+//
+// Why our own: torch's CPU _int_mm calls oneDNN's gemm API (s8s8s32), which does not use AMX; it ran ResNet's
+// 1x1 products at 0.5-1x bf16's speed, and 2-3x slower inside a training step than alone (ONEDNN_VERBOSE,
+// docs/measurements.md). oneDNN's AMX kernels are reached through torch only by its quantized ops, which take
+// uint8 input and prepack their weight on every call. TDPBSSD adds exact int32 products of signed bytes, so C
+// is the exact sum as kernels.reference defines it (wrapping as int32 does), whatever the blocking.
+//
+// Both operands are packed into 16 x 64-byte tiles, zero-padded to whole tiles (zeros add nothing): A tiles
+// hold 16 rows of 64 k; B tiles hold AMX's VNNI layout, row q = for each of 16 columns its four k (4q .. 4q + 3)
+// in one dword. The packing reads an operand in place (rq::Operand: strides or im2col tables) from whichever
+// axis is contiguous, and turns one layout into the other by a 16 x 16 dword transpose. Each 32 x 32 block of
+// C is 2 x 2 accumulator tiles over the whole K (no partial sums in memory); its epilogue writes the output
+// once. Every thread works alone on its rows or columns, or, for a long reduction into a small output (weight
+// gradients), on a range of K whose int32 partial sums are added at the end.
+#include "gemm_amx.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <omp.h>
+
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__linux__)
+#define RQ_AMX 1
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "bf16.h"
+#endif
+
+namespace rq {
+
+#ifdef RQ_AMX
+namespace {
+
+constexpr int64_t TK = 64;                 // k bytes in a tile row
+constexpr int64_t TILE = 16 * TK;          // bytes of one packed tile
+// packed bytes of an A block and of a B block (both stay in L2), and most k tiles per K block: beyond it the
+// 32 x 32 sums wait in memory (a long reduction's blocks would not fit in L2)
+constexpr int64_t A_BLOCK_BYTES = 256 << 10, B_BLOCK_BYTES = 1 << 20;
+constexpr int64_t KC_TILES = 16;
+
+struct alignas(64) TileConfig {
+    uint8_t palette_id = 1;
+    uint8_t start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+// every tile 16 rows of 64 bytes (tiles 0-3 C, 4-5 A, 6-7 B); per thread, before its first tile instruction
+void configure_tiles() {
+    TileConfig cfg;
+    for (int t = 0; t < 8; ++t) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+// 16 x 16 dword transpose: rows r[i] -> r[j] holds the former column j
+void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    // each 128-bit lane L of r[4a + b] then holds column 4L + b of rows 4a .. 4a + 3
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    // a 4 x 4 transpose of 128-bit lanes among r[b], r[4 + b], r[8 + b], r[12 + b]
+    for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; ++i) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+
+// four k (16 consecutive indices each) -> one VNNI row: index n's four bytes in dword n
+__m512i interleave4(__m128i c0, __m128i c1, __m128i c2, __m128i c3) {
+    const __m128i a = _mm_unpacklo_epi8(c0, c1), b = _mm_unpackhi_epi8(c0, c1);
+    const __m128i c = _mm_unpacklo_epi8(c2, c3), d = _mm_unpackhi_epi8(c2, c3);
+    __m512i v = _mm512_castsi128_si512(_mm_unpacklo_epi16(a, c));
+    v = _mm512_inserti32x4(v, _mm_unpackhi_epi16(a, c), 1);
+    v = _mm512_inserti32x4(v, _mm_unpacklo_epi16(b, d), 2);
+    return _mm512_inserti32x4(v, _mm_unpackhi_epi16(b, d), 3);
+}
+
+// One tile of x: indices [i0, i0 + ni), k [k0, k0 + nk) (ni <= 16, nk <= 64), zeros elsewhere; an A tile (row i:
+// index i's 64 k) or, `as_b`, a B tile (VNNI rows).
+void pack_tile(const Operand& x, int64_t i0, int ni, int64_t k0, int nk, bool as_b, int8_t* dst) {
+    __m512i r[16];
+    bool vnni = false;  // r holds VNNI rows, else index rows
+    if (ni <= 0 || nk <= 0) {
+        for (int i = 0; i < 16; ++i) r[i] = _mm512_setzero_si512();
+    } else if (x.k.unit(k0, nk)) {  // each index's k contiguous: one masked load per index
+        const __mmask64 m = nk == 64 ? ~0ULL : (1ULL << nk) - 1;
+        for (int i = 0; i < 16; ++i)
+            r[i] = i < ni ? _mm512_maskz_loadu_epi8(m, x.at(i0 + i, k0)) : _mm512_setzero_si512();
+    } else if (x.idx.unit(i0, ni)) {  // the indices contiguous at each k: one masked load per k
+        const __mmask16 m = ni == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << ni) - 1);
+        const int64_t base = x.idx.off(i0);
+        for (int q = 0; q < 16; ++q) {
+            __m128i c[4];
+            for (int j = 0; j < 4; ++j) {
+                const int kk = 4 * q + j;
+                c[j] = kk < nk ? _mm_maskz_loadu_epi8(m, x.p + base + x.k.off(k0 + kk)) : _mm_setzero_si128();
+            }
+            r[q] = interleave4(c[0], c[1], c[2], c[3]);
+        }
+        vnni = true;
+    } else if (x.k.t && x.k.run >= 16) {  // k through a table of runs (taps) that a tile straddles: a load per run
+        for (int i = 0; i < 16; ++i) {
+            __m512i v = _mm512_setzero_si512();
+            for (int kk = 0; i < ni && kk < nk;) {
+                const int64_t k = k0 + kk;
+                const int len = (int)std::min<int64_t>(nk - kk, x.k.run - k % x.k.run);
+                const __mmask64 m = (len == 64 ? ~0ULL : (1ULL << len) - 1) << kk;
+                // (the bytes below kk of this address are masked off: never read)
+                v = _mm512_mask_loadu_epi8(v, m, x.at(i0 + i, k) - kk);
+                kk += len;
+            }
+            r[i] = v;
+        }
+    } else {  // neither (a strided operand, runs shorter than a tile): byte by byte
+        alignas(64) int8_t t[16][64] = {};
+        for (int i = 0; i < ni; ++i)
+            for (int kk = 0; kk < nk; ++kk) t[i][kk] = *x.at(i0 + i, k0 + kk);
+        for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(t[i]);
+    }
+    if (vnni != as_b) transpose16(r);
+    for (int i = 0; i < 16; ++i) _mm512_store_si512(dst + TK * i, r[i]);
+}
+
+// indices [i0, i0 + n), k [k0, k1) -> tiles [group of 16][k tile], n rounded up to 32 (pairs of groups)
+void pack_block(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, bool as_b, int8_t* dst) {
+    const int64_t kt = (k1 - k0 + TK - 1) / TK, groups = (n + 31) / 32 * 2;
+    for (int64_t g = 0; g < groups; ++g)
+        for (int64_t t = 0; t < kt; ++t) {
+            const int ni = (int)std::min<int64_t>(16, n - 16 * g);
+            const int nk = (int)std::min<int64_t>(TK, k1 - k0 - TK * t);
+            pack_tile(x, i0 + 16 * g, ni, k0 + TK * t, nk, as_b, dst + (g * kt + t) * TILE);
+        }
+}
+
+// acc (32 x 32 int32) = A's two groups . B's two groups over kt k tiles, added to acc's values with `add`
+void kernel_2x2(const int8_t* a, const int8_t* b, int64_t kt, int32_t* acc, bool add) {
+    const int8_t* a1 = a + kt * TILE;
+    const int8_t* b1 = b + kt * TILE;
+    if (add) {
+        _tile_loadd(0, acc, 128);
+        _tile_loadd(1, acc + 16, 128);
+        _tile_loadd(2, acc + 16 * 32, 128);
+        _tile_loadd(3, acc + 16 * 32 + 16, 128);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int64_t t = 0; t < kt; ++t) {
+        _tile_loadd(4, a + t * TILE, TK);
+        _tile_loadd(5, a1 + t * TILE, TK);
+        _tile_loadd(6, b + t * TILE, TK);
+        _tile_loadd(7, b1 + t * TILE, TK);
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+    }
+    _tile_stored(0, acc, 128);
+    _tile_stored(1, acc + 16, 128);
+    _tile_stored(2, acc + 16 * 32, 128);
+    _tile_stored(3, acc + 16 * 32 + 16, 128);
+}
+
+// 16 results of one row: int32, or float32 v * scale (the epilogue's arithmetic), or that rounded to bfloat16
+inline void store16(__m512i v, __mmask16 m, void* c, int64_t at, const float* scale, bool bf16) {
+    if (!scale) {
+        _mm512_mask_storeu_epi32(static_cast<int32_t*>(c) + at, m, v);
+        return;
+    }
+    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(*scale));
+    if (!bf16) {
+        _mm512_mask_storeu_ps(static_cast<float*>(c) + at, m, f);
+        return;
+    }
+    const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(round_bf16x16(f)), 16);
+    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(c) + at, m, _mm512_cvtepi32_epi16(bits));
+}
+
+void write_block(const int32_t* acc, int rows, int cols, void* c, int64_t ldc, int64_t m0, int64_t n0,
+                 const float* scale, bool bf16) {
+    for (int r = 0; r < rows; ++r)
+        for (int h = 0; h < 2 && 16 * h < cols; ++h) {
+            const int n = std::min(16, cols - 16 * h);
+            const __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+            store16(_mm512_load_si512(acc + 32 * r + 16 * h), m, c, (m0 + r) * ldc + n0 + 16 * h, scale, bf16);
+        }
+}
+
+struct Buffer {  // 64-byte aligned scratch
+    int8_t* p;
+    explicit Buffer(int64_t bytes) : p(static_cast<int8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64))) {}
+    ~Buffer() { std::free(p); }
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+};
+
+// rows (mc) or columns (nc) a block holds, a multiple of 32, so that its packed kt tiles take about `bytes`
+int64_t block_span(int64_t kt, int64_t bytes) { return std::max<int64_t>(32, bytes / (kt * TK) / 32 * 32); }
+
+// C[m0:m1, n0:n1] = A[m0:m1, k0:k1] . B[k0:k1, n0:n1], by one thread. K in blocks of KC_TILES tiles; the 32 x 32
+// accumulators of all but the last block wait in `sums` (int32, one per 32 x 32 block of this part's C)
+void part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, int64_t k1, const Operand& a,
+          const Operand& b, void* c, int64_t ldc, const float* scale, bool bf16) {
+    const int64_t kt_all = (k1 - k0 + TK - 1) / TK;
+    const int64_t kblocks = (kt_all + KC_TILES - 1) / KC_TILES;
+    const int64_t kt_max = (kt_all + kblocks - 1) / kblocks;  // equal blocks
+    const int64_t mc_max = block_span(kt_max, A_BLOCK_BYTES), nc_max = block_span(kt_max, B_BLOCK_BYTES);
+    const int64_t mr = (m1 - m0 + 31) / 32, nr = (n1 - n0 + 31) / 32;
+    Buffer ap(std::min(mc_max / 32, mr) * 2 * kt_max * TILE), bp(std::min(nc_max / 32, nr) * 2 * kt_max * TILE);
+    std::vector<int32_t> sums(kblocks > 1 ? (size_t)(mr * nr * 32 * 32) : 0);
+    alignas(64) int32_t acc[32 * 32];
+    for (int64_t kb = 0; kb < kblocks; ++kb) {
+        const int64_t pc = k0 + kb * kt_max * TK, pe = std::min(k1, pc + kt_max * TK), kt = (pe - pc + TK - 1) / TK;
+        const bool first = kb == 0, last = kb + 1 == kblocks;
+        for (int64_t jc = n0; jc < n1; jc += nc_max) {
+            const int64_t nc = std::min(nc_max, n1 - jc);
+            pack_block(b, jc, nc, pc, pe, true, bp.p);
+            for (int64_t ic = m0; ic < m1; ic += mc_max) {
+                const int64_t mc = std::min(mc_max, m1 - ic);
+                pack_block(a, ic, mc, pc, pe, false, ap.p);
+                for (int64_t ir = 0; ir < mc; ir += 32)
+                    for (int64_t jr = 0; jr < nc; jr += 32) {
+                        int32_t* s = last && first ? acc
+                                                   : sums.data() + (((ic + ir - m0) / 32) * nr + (jc + jr - n0) / 32) * 1024;
+                        if (!first && last) std::memcpy(acc, s, sizeof(acc)), s = acc;
+                        kernel_2x2(ap.p + ir / 16 * kt * TILE, bp.p + jr / 16 * kt * TILE, kt, s, !first);
+                        if (last)
+                            write_block(s, (int)std::min<int64_t>(32, mc - ir), (int)std::min<int64_t>(32, nc - jr),
+                                        c, ldc, ic + ir, jc + jr, scale, bf16);
+                    }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+bool amx_usable() {
+    // Linux hands out the tiles' 8 KB of state per process on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+    // XFEATURE_XTILEDATA); without it the first tile instruction faults
+    static const bool ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+    return ok;
+}
+
+bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c, int64_t ldc,
+              const float* scale, bool bf16) {
+    if (!amx_usable()) return false;
+    // small products stay on one thread (gemm.cpp's reason)
+    const int nt = (double)M * N * K < (double)(1 << 22) ? 1 : std::max(1, omp_get_max_threads());
+    const bool split_k = nt > 1 && K >= 8 * std::max(M, N) && K >= 64 * TK;
+    if (!split_k) {
+        const bool by_cols = N > M && N >= 32 * nt;
+        const int64_t span = by_cols ? N : M;
+        const int64_t step = ((span + nt - 1) / nt + 31) / 32 * 32;
+#pragma omp parallel num_threads(nt)
+        {
+            const int64_t t = omp_get_thread_num(), lo = std::min(span, t * step), hi = std::min(span, lo + step);
+            if (lo < hi) {
+                configure_tiles();
+                if (by_cols)
+                    part(0, M, lo, hi, 0, K, a, b, c, ldc, scale, bf16);
+                else
+                    part(lo, hi, 0, N, 0, K, a, b, c, ldc, scale, bf16);
+                _tile_release();
+            }
+        }
+        return true;
+    }
+    // each thread a range of K (whole tiles) into its own int32 partial sums, added (and scaled) at the end
+    std::vector<std::vector<int32_t>> partial(nt, std::vector<int32_t>((size_t)(M * N)));
+    const int64_t per = ((K + nt - 1) / nt + TK - 1) / TK * TK;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num();
+        const int64_t k0 = std::min(K, t * per), k1 = std::min(K, k0 + per);
+        if (k0 < k1) {
+            configure_tiles();
+            part(0, M, 0, N, k0, k1, a, b, partial[t].data(), N, nullptr, false);
+            _tile_release();
+        } else {
+            std::fill(partial[t].begin(), partial[t].end(), 0);
+        }
+    }
+#pragma omp parallel for num_threads(nt)
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; n += 16) {
+            const int w = (int)std::min<int64_t>(16, N - n);
+            const __mmask16 mk = w == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1);
+            __m512i s = _mm512_maskz_loadu_epi32(mk, partial[0].data() + m * N + n);
+            for (int t = 1; t < nt; ++t)
+                s = _mm512_add_epi32(s, _mm512_maskz_loadu_epi32(mk, partial[t].data() + m * N + n));
+            store16(s, mk, c, m * ldc + n, scale, bf16);
+        }
+    return true;
+}
+
+#else  // built without AMX
+
+bool amx_usable() { return false; }
+
+bool gemm_amx(int64_t, int64_t, int64_t, const Operand&, const Operand&, void*, int64_t, const float*, bool) {
+    return false;
+}
+
+#endif
+
+}  // namespace rq

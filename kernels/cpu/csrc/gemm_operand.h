@@ -1,0 +1,29 @@
+// The GEMM's operands (gemm.cpp, gemm_amx.cpp): an element (i, k) of a matrix read in place, through strides or
+// tables of run starts.
+#pragma once
+
+#include <cstdint>
+
+namespace rq {
+
+// An operand's element (i, k) lies at p + off(i) + off(k), i its panel index (m of A, n of B). An axis is
+// either strided (v * stride) or read through a table of run starts (t[v / run] + v % run: the implicit
+// im2col of a channels-last convolution, where a row (n, o...) or a tap (k...) is a table entry and the run
+// its channels, contiguous), so the packing reads the convolution's input itself instead of a copy of it
+// 9 times its size (docs/measurements.md).
+struct Axis {
+    int64_t stride;
+    const int64_t* t = nullptr;
+    int64_t run = 1;
+    int64_t off(int64_t v) const { return t ? (run == 1 ? t[v] : t[v / run] + v % run) : v * stride; }
+    // whether [v, v + count) is one unit-stride run
+    bool unit(int64_t v, int64_t count) const { return t ? v % run + count <= run : stride == 1 || count == 1; }
+};
+
+struct Operand {
+    const int8_t* p;
+    Axis idx, k;
+    const int8_t* at(int64_t i, int64_t kk) const { return p + idx.off(i) + k.off(kk); }
+};
+
+}  // namespace rq
