@@ -194,6 +194,20 @@ def pointwise_on_onednn(rows: int, cin: int, cout: int) -> bool:
     return (rows >= POINTWISE_ONEDNN_ROWS and cout >= cin) or rows >= 16 * cin
 
 
+# convolutions with at most this many output rows (images x positions) and a multiple of 16 input channels go
+# to the AMX GEMM reading the padded input in place, not oneDNN (native_conv_on_amx)
+NATIVE_CONV_ROWS = 16384
+
+
+def native_conv_on_amx(rows: int, cin: int, groups: int) -> bool:
+    """Whether an ungrouped convolution oneDNN would run goes to the native AMX GEMM instead (its implicit
+    im2col, kernels/cpu/im2col.py): oneDNN's int8 call through torch costs about 0.5 ms before it computes
+    (the op, the weight's prepack, the uint8 shift), the AMX GEMM's packing of the columns grows with the
+    rows; measured on an Intel AMX Xeon, the AMX GEMM won up to 12,544 rows (64-28-64-3-1 at batch 16: 0.59
+    against 0.78 ms) and lost at 25,088 (1.15 against 1.03), docs/measurements.md."""
+    return groups == 1 and cin % 16 == 0 and rows <= NATIVE_CONV_ROWS and torch_int8_fast() and native_gemm()
+
+
 def im2col_route(k, p, out, groups: int) -> bool:
     """Where im2col + _int_mm beats oneDNN (measured): 1x1 kernels without padding (the im2col is at
     most a strided copy; no uint8 conversion, prepack or fp32 round trip) and small outputs (<= 8x8
