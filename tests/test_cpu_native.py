@@ -575,6 +575,7 @@ def test_native_pointwise_products_are_exact(monkeypatch, gemm_kernel, n, cin, c
         (1, 16, 16, (4, 5, 3), 3, 1, 1, 1),
         (2, 24, 16, (6, 6), 3, 1, 1, 1),  # 24 channels: the copied columns (not a multiple of 16)
         (2, 32, 16, (1, 1), 3, 1, 1, 1),  # a 1x1 map, whose strides fit NCHW too: padded channels-last
+        (2, 64, 24, (5, 20), 3, 1, 1, 1),  # AMX: 16 pixels of one image row read in place, others packed
     ],
     ids=str,
 )

@@ -7,13 +7,15 @@
 // uint8 input and prepack their weight on every call. TDPBSSD adds exact int32 products of signed bytes, so C
 // is the exact sum as kernels.reference defines it (wrapping as int32 does), whatever the blocking.
 //
-// Both operands are packed into 16 x 64-byte tiles, zero-padded to whole tiles (zeros add nothing): A tiles
-// hold 16 rows of 64 k; B tiles hold AMX's VNNI layout, row q = for each of 16 columns its four k (4q .. 4q + 3)
-// in one dword. The packing reads an operand in place (rq::Operand: strides or im2col tables) from whichever
-// axis is contiguous, and turns one layout into the other by a 16 x 16 dword transpose. Each 32 x 32 block of
-// C is 2 x 2 accumulator tiles over the whole K (no partial sums in memory); its epilogue writes the output
-// once. Every thread works alone on its rows or columns, or, for a long reduction into a small output (weight
-// gradients), on a range of K whose int32 partial sums are added at the end.
+// The operands come as 16 x 64-byte tiles, zero-padded to whole tiles (zeros add nothing): A tiles hold 16 rows
+// of 64 k; B tiles hold AMX's VNNI layout, row q = for each of 16 columns its four k (4q .. 4q + 3) in one dword.
+// An A tile whose 16 rows are equally spaced with 64 contiguous k each (a 1x1 convolution's rows, 16 pixels of
+// one image row in an implicit im2col) is loaded where it lies; other tiles are packed, reading the operand in
+// place (rq::Operand: strides or im2col tables) from whichever axis is contiguous, one layout turned into the
+// other by a 16 x 16 dword transpose. Each 32 x 32 block of C is 2 x 2 accumulator tiles over K blocks of up to
+// KC_TILES tiles (int32 sums between blocks); its epilogue writes the output once. Every thread works alone on
+// its rows or columns, or, for a long reduction into a small output (weight gradients), on a range of K whose
+// int32 partial sums are added at the end.
 #include "gemm_amx.h"
 
 #include <algorithm>
@@ -148,20 +150,60 @@ void pack_tile(const Operand& x, int64_t i0, int ni, int64_t k0, int nk, bool as
     for (int i = 0; i < 16; ++i) _mm512_store_si512(dst + TK * i, r[i]);
 }
 
-// indices [i0, i0 + n), k [k0, k1) -> tiles [group of 16][k tile], n rounded up to 32 (pairs of groups)
-void pack_block(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, bool as_b, int8_t* dst) {
+// B's indices [i0, i0 + n), k [k0, k1) -> VNNI tiles [group of 16][k tile], n rounded up to 32 (pairs of groups)
+void pack_b(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, int8_t* dst) {
     const int64_t kt = (k1 - k0 + TK - 1) / TK, groups = (n + 31) / 32 * 2;
     for (int64_t g = 0; g < groups; ++g)
         for (int64_t t = 0; t < kt; ++t) {
             const int ni = (int)std::min<int64_t>(16, n - 16 * g);
             const int nk = (int)std::min<int64_t>(TK, k1 - k0 - TK * t);
-            pack_tile(x, i0 + 16 * g, ni, k0 + TK * t, nk, as_b, dst + (g * kt + t) * TILE);
+            pack_tile(x, i0 + 16 * g, ni, k0 + TK * t, nk, true, dst + (g * kt + t) * TILE);
         }
 }
 
-// acc (32 x 32 int32) = A's two groups . B's two groups over kt k tiles, added to acc's values with `add`
-void kernel_2x2(const int8_t* a, const int8_t* b, int64_t kt, int32_t* acc, bool add) {
-    const int8_t* a1 = a + kt * TILE;
+// An A tile where the kernel loads it: rows at p + i * stride (its packed copy: stride 64)
+struct TileRef {
+    const int8_t* p;
+    int64_t stride;
+};
+
+// the distance between consecutive indices of the 16 from i0 where it is one (a strided axis, or table rows
+// at equal distances: consecutive pixels of one image row), else 0
+int64_t equal_spacing(const Axis& ax, int64_t i0) {
+    if (!ax.t) return ax.stride;
+    if (ax.run != 1) return 0;
+    const int64_t d = ax.t[i0 + 1] - ax.t[i0];
+    for (int j = 2; j < 16; ++j)
+        if (ax.t[i0 + j] - ax.t[i0] != j * d) return 0;
+    return d;
+}
+
+// A's indices [i0, i0 + n), k [k0, k1) as tile references [group of 16][k tile] (groups rounded up to pairs):
+// a whole tile whose rows are equally spaced and whose 64 k are one contiguous run is read in place by the
+// tile load itself (the rows of a 1x1 convolution, an implicit im2col's pixels along an image row where the
+// channels fill whole tiles), any other packed into `buf` (its slot of the same index)
+void prepare_a(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, int8_t* buf, TileRef* refs) {
+    const int64_t kt = (k1 - k0 + TK - 1) / TK, groups = (n + 31) / 32 * 2;
+    for (int64_t g = 0; g < groups; ++g) {
+        const int ni = (int)std::min<int64_t>(16, n - 16 * g);
+        const int64_t d = ni == 16 ? equal_spacing(x.idx, i0 + 16 * g) : 0;
+        for (int64_t t = 0; t < kt; ++t) {
+            const int nk = (int)std::min<int64_t>(TK, k1 - k0 - TK * t);
+            TileRef& r = refs[g * kt + t];
+            if (d != 0 && nk == TK && x.k.unit(k0 + TK * t, TK)) {
+                r = {x.at(i0 + 16 * g, k0 + TK * t), d};
+            } else {
+                r = {buf + (g * kt + t) * TILE, TK};
+                pack_tile(x, i0 + 16 * g, ni, k0 + TK * t, nk, false, buf + (g * kt + t) * TILE);
+            }
+        }
+    }
+}
+
+// acc (32 x 32 int32) = A's two groups (tile references a, a + kt) . B's two groups over kt k tiles, added to
+// acc's values with `add`
+void kernel_2x2(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, bool add) {
+    const TileRef* a1 = a + kt;
     const int8_t* b1 = b + kt * TILE;
     if (add) {
         _tile_loadd(0, acc, 128);
@@ -175,8 +217,8 @@ void kernel_2x2(const int8_t* a, const int8_t* b, int64_t kt, int32_t* acc, bool
         _tile_zero(3);
     }
     for (int64_t t = 0; t < kt; ++t) {
-        _tile_loadd(4, a + t * TILE, TK);
-        _tile_loadd(5, a1 + t * TILE, TK);
+        _tile_loadd(4, a[t].p, a[t].stride);
+        _tile_loadd(5, a1[t].p, a1[t].stride);
         _tile_loadd(6, b + t * TILE, TK);
         _tile_loadd(7, b1 + t * TILE, TK);
         _tile_dpbssd(0, 4, 6);
@@ -237,22 +279,23 @@ void part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, int64_t k1
     const int64_t mr = (m1 - m0 + 31) / 32, nr = (n1 - n0 + 31) / 32;
     Buffer ap(std::min(mc_max / 32, mr) * 2 * kt_max * TILE), bp(std::min(nc_max / 32, nr) * 2 * kt_max * TILE);
     std::vector<int32_t> sums(kblocks > 1 ? (size_t)(mr * nr * 32 * 32) : 0);
+    std::vector<TileRef> arefs((size_t)(std::min(mc_max / 32, mr) * 2 * kt_max));
     alignas(64) int32_t acc[32 * 32];
     for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t pc = k0 + kb * kt_max * TK, pe = std::min(k1, pc + kt_max * TK), kt = (pe - pc + TK - 1) / TK;
         const bool first = kb == 0, last = kb + 1 == kblocks;
         for (int64_t jc = n0; jc < n1; jc += nc_max) {
             const int64_t nc = std::min(nc_max, n1 - jc);
-            pack_block(b, jc, nc, pc, pe, true, bp.p);
+            pack_b(b, jc, nc, pc, pe, bp.p);
             for (int64_t ic = m0; ic < m1; ic += mc_max) {
                 const int64_t mc = std::min(mc_max, m1 - ic);
-                pack_block(a, ic, mc, pc, pe, false, ap.p);
+                prepare_a(a, ic, mc, pc, pe, ap.p, arefs.data());
                 for (int64_t ir = 0; ir < mc; ir += 32)
                     for (int64_t jr = 0; jr < nc; jr += 32) {
                         int32_t* s = last && first ? acc
                                                    : sums.data() + (((ic + ir - m0) / 32) * nr + (jc + jr - n0) / 32) * 1024;
                         if (!first && last) std::memcpy(acc, s, sizeof(acc)), s = acc;
-                        kernel_2x2(ap.p + ir / 16 * kt * TILE, bp.p + jr / 16 * kt * TILE, kt, s, !first);
+                        kernel_2x2(arefs.data() + ir / 16 * kt, bp.p + jr / 16 * kt * TILE, kt, s, !first);
                         if (last)
                             write_block(s, (int)std::min<int64_t>(32, mc - ir), (int)std::min<int64_t>(32, nc - jr),
                                         c, ldc, ic + ir, jc + jr, scale, bf16);
