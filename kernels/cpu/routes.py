@@ -59,9 +59,9 @@ def native_gemm() -> bool:
     """Whether the products' GEMMs (1x1 and small-map convolutions, weight gradients, linear layers) run on
     the native library: where torch's int8 kernels are slow (torch_int8_fast false), and on AMX CPUs, whose
     tiles the native GEMM uses (kernels/cpu/csrc/gemm_amx.cpp) and torch._int_mm does not: oneDNN's gemm API
-    ran ResNet-50's 1x1 products at 1.4-2x the AMX GEMM's time alone, and slower still inside a step
-    (docs/measurements.md). REPRO_CPU_GEMM=torch keeps _int_mm; the 3x3 convolutions stay on oneDNN either
-    way (onednn_exact)."""
+    ran ResNet-50's 1x1 products at 1.0-1.9x the AMX GEMM's time alone, and slower still inside a step
+    (docs/measurements.md). REPRO_CPU_GEMM=torch keeps _int_mm; the larger 3x3 convolutions stay on oneDNN
+    (native_conv_on_amx)."""
     if not torch_int8_fast():
         return True
     return os.environ.get("REPRO_CPU_GEMM") != "torch" and native_amx()

@@ -2,7 +2,7 @@
 // float32 (float)acc * scale, or as that value rounded to bfloat16.
 //
 // Why our own: torch's CPU _int_mm calls oneDNN's gemm API (s8s8s32), which does not use AMX; it ran ResNet's
-// 1x1 products at 0.5-1x bf16's speed, and 2-3x slower inside a training step than alone (ONEDNN_VERBOSE,
+// 1x1 products at 0.6-1.4x bf16's speed, and 2-3x slower inside a training step than alone (ONEDNN_VERBOSE,
 // docs/measurements.md). oneDNN's AMX kernels are reached through torch only by its quantized ops, which take
 // uint8 input and prepack their weight on every call. TDPBSSD adds exact int32 products of signed bytes, so C
 // is the exact sum as kernels.reference defines it (wrapping as int32 does), whatever the blocking.
