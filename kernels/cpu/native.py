@@ -25,14 +25,15 @@ def as_float_view(t: torch.Tensor) -> torch.Tensor:
 
 
 def _out(out: torch.Tensor | None, shape, scale, out_dtype=torch.float32) -> torch.Tensor:
-    want = torch.int32 if scale is None else out_dtype
+    """`out`, checked: int32 without a scale, float32 or bfloat16 with one; or a new one (of out_dtype)."""
     if out is None:
-        if want == torch.bfloat16:
-            return torch.empty(shape, dtype=want)
+        if scale is not None and out_dtype == torch.bfloat16:
+            return torch.empty(shape, dtype=out_dtype)
         t = torch.empty(shape, dtype=torch.int32)
         return t if scale is None else as_float_view(t)
-    if out.dtype != want and not (scale is not None and out.dtype in (torch.float32, torch.bfloat16)):
-        raise TypeError(f"expected a {want} output, got {out.dtype}")
+    allowed = (torch.int32,) if scale is None else (torch.float32, torch.bfloat16)
+    if out.dtype not in allowed:
+        raise TypeError(f"expected a {' or '.join(map(str, allowed))} output, got {out.dtype}")
     return out
 
 

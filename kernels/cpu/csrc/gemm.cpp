@@ -20,6 +20,7 @@
 // earlier K blocks go through the same memory.
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -364,17 +365,25 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
 }
 
 // gemm with the output as int32, float32 (scale) or, `bf16`, float32 rounded to bfloat16 (scale too): AMX tiles
-// where usable and allowed, else the float32 GEMM above into a buffer, rounded
+// where usable and allowed, else the float32 GEMM above into a buffer (not initialised: the GEMM writes all
+// of it), rounded by rows on every thread
 static void gemm_out(int64_t M, int64_t N, int64_t K, Operand a, Operand b, void* c, int64_t ldc, const float* scale,
                      bool bf16) {
     if (M == 0 || N == 0) return;
     if (K > 0 && amx_allowed.load(std::memory_order_relaxed) && gemm_amx(M, N, K, a, b, c, ldc, scale, bf16)) return;
     if (!bf16) return gemm(M, N, K, a, b, static_cast<int32_t*>(c), ldc, scale);
-    std::vector<int32_t> tmp((size_t)(M * N));
-    gemm(M, N, K, a, b, tmp.data(), N, scale);
-    for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n)
-            static_cast<uint16_t*>(c)[m * ldc + n] = f32_to_bf16(reinterpret_cast<const float*>(tmp.data())[m * N + n]);
+    std::unique_ptr<int32_t[]> tmp(new int32_t[(size_t)(M * N)]);
+    gemm(M, N, K, a, b, tmp.get(), N, scale);
+    const float* f = reinterpret_cast<const float*>(tmp.get());
+#pragma omp parallel for if ((double)M * N >= (double)(1 << 16))
+    for (int64_t m = 0; m < M; ++m) {
+        uint16_t* row = static_cast<uint16_t*>(c) + m * ldc;
+        int64_t n = 0;
+#ifdef __AVX2__
+        for (; n + 8 <= N; n += 8) store_bf16x8(row + n, _mm256_loadu_ps(f + m * N + n));
+#endif
+        for (; n < N; ++n) row[n] = f32_to_bf16(f[m * N + n]);
+    }
 }
 
 }  // namespace rq

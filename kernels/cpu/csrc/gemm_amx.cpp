@@ -338,7 +338,8 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
         }
         return true;
     }
-    // each thread a range of K (whole tiles) into its own int32 partial sums, added (and scaled) at the end
+    // each thread a range of K (whole tiles) into its own int32 partial sums (zeros where its range is empty),
+    // added (and scaled) at the end
     std::vector<std::vector<int32_t>> partial(nt, std::vector<int32_t>((size_t)(M * N)));
     const int64_t per = ((K + nt - 1) / nt + TK - 1) / TK * TK;
 #pragma omp parallel num_threads(nt)
@@ -349,8 +350,6 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
             configure_tiles();
             part(0, M, 0, N, k0, k1, a, b, partial[t].data(), N, nullptr, false);
             _tile_release();
-        } else {
-            std::fill(partial[t].begin(), partial[t].end(), 0);
         }
     }
 #pragma omp parallel for num_threads(nt)
