@@ -5,7 +5,8 @@ Conv2dNormActivation: MobileNetV2/V3, EfficientNet, RegNet) has its class swappe
 the BatchNorm applies the activation itself, and the activation module passes on a tensor the BatchNorm
 already activated. torchvision's ResNet blocks (BasicBlock, Bottleneck: ResNet, ResNeXt, Wide ResNet) call
 one ReLU module after each inner BatchNorm and after the residual sum: the block's class is swapped for one
-whose forward lets the inner BatchNorms apply the ReLU, and the module stays for the sum.
+whose forward lets the inner BatchNorms apply the ReLU, and its last BatchNorm (a ResidualBatchNorm2d) the sum
+with the shortcut and the ReLU after it; the module stays for where the backend does not fuse.
 
 On a backend with fused kernels (kernels.cpu: `norm_act_supported`) a training step then reads and writes
 each activation 9 times instead of 18 (kernels/cpu/norm.py), and the int8 convolution next to it takes the
@@ -59,6 +60,30 @@ class _NormActFunction(torch.autograd.Function):
         return gx if needs[0] else None, gw if needs[1] else None, gb if needs[2] else None, None, None
 
 
+class _ResidualNormActFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, module, backend):
+        running, momentum = module.running_stats_for_kernel()
+        lo, hi = module.act_bounds
+        y, var, saved = backend.norm_act_forward(
+            x, weight, bias, module.eps, lo, hi, running, momentum, residual
+        )
+        if running is None:
+            module.update_running_stats(saved.mean, var, x.numel() // x.shape[1])
+        ctx.save_for_backward(x, weight, y)  # y for the activation's mask, as torch's ReLU keeps its output
+        ctx.norm_saved, ctx.backend = saved, backend
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gy):
+        x, weight, y = ctx.saved_tensors
+        gx, gw, gb, gr = ctx.backend.norm_act_residual_backward(gy, y, x, weight, ctx.norm_saved)
+        needs = ctx.needs_input_grad
+        grads = gx, gr, gw, gb
+        return (*(g if need else None for g, need in zip(grads, needs, strict=False)), None, None)
+
+
 class NormActMixin:
     """A BatchNorm that applies the activation after it (`act_bounds`: clamp to [lo, hi])."""
 
@@ -104,6 +129,27 @@ class FusedBatchNorm2d(NormActMixin, nn.BatchNorm2d):
     pass
 
 
+class ResidualBatchNorm2d(NormActMixin, nn.BatchNorm2d):
+    """A ResNet block's last BatchNorm: forward(x) is BatchNorm's alone; add_activate(x, residual, act) is
+    act(BatchNorm(x) + residual) as torchvision's block ends, in one op where the backend fuses it."""
+
+    act_bounds = BOUNDS[nn.ReLU]
+
+    def forward(self, x):
+        return nn.BatchNorm2d.forward(self, x)
+
+    def add_activate(self, x: torch.Tensor, residual: torch.Tensor, act: nn.Module) -> torch.Tensor:
+        backend = _fused_backend(x) if self.training else None
+        takes = getattr(backend, "norm_act_residual_supported", None)
+        if takes is None or not takes(x, residual):
+            out = self(x)
+            out += residual
+            return act(out)
+        if self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+        return _ResidualNormActFunction.apply(x, residual, self.weight, self.bias, self, backend)
+
+
 class FoldedActivation:
     """An activation whose BatchNorm applies it: the identity (the module keeps its class's attributes and
     state_dict; unfuse_norm_activations gives it its class back)."""
@@ -124,33 +170,31 @@ FOLDED = {nn.ReLU: FoldedReLU, nn.ReLU6: FoldedReLU6}
 
 
 class FusedBasicBlock(BasicBlock):
-    """torchvision's BasicBlock.forward with bn1 applying its ReLU (a FusedBatchNorm2d)."""
+    """torchvision's BasicBlock.forward with bn1 applying its ReLU (a FusedBatchNorm2d) and bn2 the sum and
+    the ReLU after it (a ResidualBatchNorm2d; the shortcut's convolution runs before bn2 instead of after)."""
 
     def forward(self, x):
-        identity = x
-        out = self.bn2(self.conv2(self.bn1(self.conv1(x))))
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        out += identity
-        return self.relu(out)
+        out = self.conv2(self.bn1(self.conv1(x)))
+        identity = x if self.downsample is None else self.downsample(x)
+        return self.bn2.add_activate(out, identity, self.relu)
 
 
 class FusedBottleneck(Bottleneck):
-    """torchvision's Bottleneck.forward with bn1 and bn2 applying their ReLUs (FusedBatchNorm2d)."""
+    """torchvision's Bottleneck.forward with bn1 and bn2 applying their ReLUs (FusedBatchNorm2d) and bn3 the
+    sum and the ReLU after it (a ResidualBatchNorm2d; the shortcut runs before bn3 instead of after)."""
 
     def forward(self, x):
-        identity = x
-        out = self.bn2(self.conv2(self.bn1(self.conv1(x))))
-        out = self.bn3(self.conv3(out))
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        out += identity
-        return self.relu(out)
+        out = self.conv3(self.bn2(self.conv2(self.bn1(self.conv1(x)))))
+        identity = x if self.downsample is None else self.downsample(x)
+        return self.bn3.add_activate(out, identity, self.relu)
 
 
-# a block class: (its fused class, the BatchNorms its ReLU follows)
-BLOCKS = {BasicBlock: (FusedBasicBlock, ("bn1",)), Bottleneck: (FusedBottleneck, ("bn1", "bn2"))}
-UNFUSED_BLOCKS = {fused: block for block, (fused, _) in BLOCKS.items()}
+# a block class: (its fused class, the BatchNorms its ReLU follows, the last one, which takes the sum)
+BLOCKS = {
+    BasicBlock: (FusedBasicBlock, ("bn1",), "bn2"),
+    Bottleneck: (FusedBottleneck, ("bn1", "bn2"), "bn3"),
+}
+UNFUSED_BLOCKS = {fused: block for block, (fused, _, _) in BLOCKS.items()}
 
 
 def _fuse(norm: nn.Module, act: type[nn.Module]) -> None:
@@ -176,13 +220,16 @@ def fuse_norm_activations(model: nn.Module) -> int:
                 act.__class__ = FOLDED[type(act)]
                 fused += 1
     for block in model.modules():
-        fused_class, names = BLOCKS.get(type(block), (None, ()))
+        fused_class, names, last = BLOCKS.get(type(block), (None, (), None))
         norms = [getattr(block, name) for name in names]
         if fused_class and type(block.relu) is nn.ReLU and all(type(n) is nn.BatchNorm2d for n in norms):
+            if type(getattr(block, last)) is not nn.BatchNorm2d:
+                continue
             for norm in norms:
                 _fuse(norm, nn.ReLU)
+            getattr(block, last).__class__ = ResidualBatchNorm2d
             block.__class__ = fused_class
-            fused += len(norms)
+            fused += len(norms) + 1
     return fused
 
 
@@ -194,5 +241,7 @@ def unfuse_norm_activations(model: nn.Module) -> None:
         if isinstance(m, FusedBatchNorm2d):
             m.__class__ = nn.BatchNorm2d
             del m.act_bounds
+        elif isinstance(m, ResidualBatchNorm2d):
+            m.__class__ = nn.BatchNorm2d
         elif isinstance(m, FoldedActivation):
             m.__class__ = next(c for c in type(m).__mro__[1:] if c in BOUNDS)

@@ -17,7 +17,13 @@ import kernels.cpu as cpu
 from kernels.cpu import known, quantizer, runtime
 from kernels.errors import NonFiniteError
 from repro.layers import quantize_model
-from repro.norm_act import FusedBasicBlock, FusedBatchNorm2d, FusedBottleneck, fuse_norm_activations
+from repro.norm_act import (
+    FusedBasicBlock,
+    FusedBatchNorm2d,
+    FusedBottleneck,
+    ResidualBatchNorm2d,
+    fuse_norm_activations,
+)
 
 pytestmark = pytest.mark.skipif(not runtime.available(), reason="the native library is not built here")
 
@@ -223,6 +229,59 @@ def test_bfloat16_mask_bounds_at_6_and_at_0(bias, weight):
     torch.testing.assert_close(gb.double(), want, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels", [20, 32])
+def test_residual_forward_and_backward(dtype, channels):
+    """With a residual r: y = relu(round(round(x a + b) + r)) bit for bit from the kept coefficients (torch
+    rounds the BatchNorm's output and the sum to the tensors' dtype), its scale the quantizer's (which
+    then writes the codes once, for both convolutions that read y), r's gradient g where the stored y > 0,
+    and gx float64 BatchNorm's gradient of that masked g. 20 channels: 8 lanes and a tail; 32: 16 lanes."""
+    gen = torch.Generator().manual_seed(channels)
+    x = _input(channels, seed=channels).to(dtype)
+    r = (torch.randn(x.shape, generator=gen) * 2).to(dtype).contiguous(memory_format=torch.channels_last)
+    w, b = torch.randn(channels, generator=gen), torch.randn(channels, generator=gen)
+    assert cpu.norm_act_residual_supported(x, r) and not cpu.norm_act_residual_supported(
+        x, r.float().bfloat16()[:, :, :, :1]
+    )
+    y, var, saved = cpu.norm_act_forward(x, w, b, 1e-5, 0.0, math.inf, None, 0.0, r)
+    _, var_plain, saved_plain = cpu.norm_act_forward(x, w, b, 1e-5, 0.0, math.inf)
+    assert torch.equal(var, var_plain) and torch.equal(saved.a, saved_plain.a)  # the same statistics
+    t = (x.float() * saved.a.reshape(PER_CHANNEL) + saved.b.reshape(PER_CHANNEL)).to(dtype)
+    assert y.dtype == dtype and y.stride() == x.stride()
+    assert torch.equal(y, (t.float() + r.float()).to(dtype).clamp_min(0.0))
+    facts = known.recall(y)
+    assert facts.codes is None and facts.scale.item() == y.abs().max().item()
+    q, s = cpu.absmax_quantize(y)
+    q_fresh, s_fresh = cpu.absmax_quantize(y.clone())
+    assert s.item() == s_fresh.item() and torch.equal(q, q_fresh)
+    assert cpu.absmax_quantize(y)[0] is q  # the second reader takes the codes the first one wrote
+
+    g = torch.randn(x.shape, generator=gen).to(dtype).contiguous(memory_format=torch.channels_last)
+    gx, gw, gb, gr = cpu.norm_act_residual_backward(g, y, x, w, saved)
+    assert gr.dtype == gx.dtype == dtype and gr.stride() == gx.stride() == x.stride()
+    assert torch.equal(gr, g * (y > 0))
+    xr, wr, br = (v.double().requires_grad_() for v in (x, w, b))
+    ref = F.batch_norm(xr, None, None, wr, br, True, 0.1, 1e-5)
+    want = torch.autograd.grad(ref, [xr, wr, br], gr.double())
+    loose = dtype == torch.bfloat16
+    torch.testing.assert_close(
+        gx.double(), want[0], rtol=1e-2 if loose else 1e-4, atol=2e-3 if loose else 1e-5
+    )
+    torch.testing.assert_close(gw.double(), want[1], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gb.double(), want[2], rtol=1e-5, atol=1e-4)
+    fresh = gx.clone()
+    assert torch.equal(cpu.absmax(gx, 1), cpu.absmax(fresh, 1))
+
+
+def test_a_non_finite_residual_raises():
+    """A NaN in r: the ReLU's clamp would turn it into 0; the sums of the sum before it find it."""
+    x = _input(seed=8)
+    r = torch.zeros_like(x)
+    r[2, 5, 1, 3] = math.nan
+    with pytest.raises(NonFiniteError):
+        cpu.norm_act_forward(x, None, None, 1e-5, 0.0, math.inf, None, 0.0, r)
+
+
 def test_a_changed_tensor_loses_its_facts():
     x = _input(seed=3)
     y, _, _ = cpu.norm_act_forward(x, None, None, 1e-5, -math.inf, math.inf)
@@ -334,13 +393,14 @@ def test_a_fused_module_under_bf16_autocast_trains_as_torchs():
     torch.testing.assert_close(fused[0].weight.grad, ref[0].weight.grad, rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("name, fused", [("resnet18", 8), ("resnet50", 32)])
-def test_quantize_model_fuses_resnet_blocks_and_keeps_state_dict(name, fused):
+@pytest.mark.parametrize("name, fused, blocks", [("resnet18", 8, 8), ("resnet50", 32, 16)])
+def test_quantize_model_fuses_resnet_blocks_and_keeps_state_dict(name, fused, blocks):
     torch.manual_seed(0)
     model = torchvision.models.get_model(name, num_classes=4)
     keys = list(model.state_dict())
     quantize_model(model, "gq")
     assert sum(isinstance(m, FusedBatchNorm2d) for m in model.modules()) == fused
+    assert sum(isinstance(m, ResidualBatchNorm2d) for m in model.modules()) == blocks
     block = model.layer1[0]
     assert type(block) in (FusedBasicBlock, FusedBottleneck) and type(block.relu) is nn.ReLU
     assert type(block.bn1) is FusedBatchNorm2d
@@ -348,31 +408,41 @@ def test_quantize_model_fuses_resnet_blocks_and_keeps_state_dict(name, fused):
     assert list(model.state_dict()) == keys
     quantize_model(model, "gq", fuse_norm=False)
     assert type(model.layer1[0]) in (BasicBlock, Bottleneck)
-    assert not any(isinstance(m, FusedBatchNorm2d) for m in model.modules())
+    assert not any(isinstance(m, (FusedBatchNorm2d, ResidualBatchNorm2d)) for m in model.modules())
 
 
 @pytest.mark.parametrize("block", ["basic", "bottleneck"])
-def test_a_fused_resnet_block_trains_as_torchs(block, monkeypatch):
-    """The fused block's forward is torchvision's with the inner ReLUs inside the BatchNorms: the same
-    values and gradients (to the float sums' order), downsampling branch included, through the kernels."""
+@pytest.mark.parametrize("shortcut", ["downsample", "identity"])
+def test_a_fused_resnet_block_trains_as_torchs(block, shortcut, monkeypatch):
+    """The fused block's forward is torchvision's with the inner ReLUs inside the BatchNorms and the last
+    BatchNorm, the sum and the ReLU in one op: the same values, gradients and running statistics, with a
+    downsampling shortcut or none, through the kernels. The float sums run in another order than torch's:
+    each tensor is as close to the float64 block's as torch's float32 one is (within 3x)."""
     torch.manual_seed(0)
-    downsample = nn.Sequential(nn.Conv2d(16, 32, 1, stride=2, bias=False), nn.BatchNorm2d(32))
-    ref = BasicBlock(16, 32, 2, downsample) if block == "basic" else Bottleneck(16, 8, 2, downsample)
+    if shortcut == "downsample":
+        downsample = nn.Sequential(nn.Conv2d(16, 32, 1, stride=2, bias=False), nn.BatchNorm2d(32))
+        ref = BasicBlock(16, 32, 2, downsample) if block == "basic" else Bottleneck(16, 8, 2, downsample)
+    else:
+        ref = BasicBlock(16, 16) if block == "basic" else Bottleneck(16, 4)
     fused = copy.deepcopy(ref)
-    assert fuse_norm_activations(fused) == (1 if block == "basic" else 2)
+    assert fuse_norm_activations(fused) == (2 if block == "basic" else 3)
     calls = []
     forward = cpu.norm_act_forward
     monkeypatch.setattr(cpu, "norm_act_forward", lambda *a, **k: calls.append(1) or forward(*a, **k))
     x = torch.randn(4, 16, 8, 8).contiguous(memory_format=torch.channels_last)
     outs = []
-    for m in (ref, fused):
-        xi = x.clone().requires_grad_()
+    for m, dtype in (
+        (ref, torch.float32),
+        (fused, torch.float32),
+        (copy.deepcopy(ref).double(), torch.float64),
+    ):
+        xi = x.to(dtype, copy=True).requires_grad_()
         y = m(xi)
-        y.backward(torch.linspace(-1, 1, y.numel()).reshape(y.shape))
-        outs.append([y.detach(), xi.grad, *(p.grad for p in m.parameters())])
-    assert len(calls) == (1 if block == "basic" else 2)
-    for a, b in zip(outs[1], outs[0], strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        y.backward(torch.linspace(-1, 1, y.numel(), dtype=dtype).reshape(y.shape))
+        outs.append([y.detach(), xi.grad, *(p.grad for p in m.parameters()), *m.buffers()])
+    assert len(calls) == (2 if block == "basic" else 3)
+    for ours, torchs, exact in zip(outs[1], outs[0], outs[2], strict=True):
+        assert (ours.double() - exact).abs().max() <= 3 * (torchs.double() - exact).abs().max() + 1e-6
 
 
 def test_a_fused_model_pickles_and_round_trips(tmp_path):

@@ -58,7 +58,13 @@ def channels_last(product):
 
 
 # kernels.cpu's quantizers and fused BatchNorm with kernels.reference's int8 products
-FUSED_NORM = ("norm_act_supported", "norm_act_forward", "norm_act_backward")
+FUSED_NORM = (
+    "norm_act_supported",
+    "norm_act_forward",
+    "norm_act_backward",
+    "norm_act_residual_supported",
+    "norm_act_residual_backward",
+)
 REFERENCE = types.SimpleNamespace(
     **{name: getattr(cpu, name) for name in backend.REQUIRED + FUSED_NORM if name not in PRODUCTS},
     **{name: getattr(reference, name) for name in PRODUCTS},

@@ -13,6 +13,8 @@ from __future__ import annotations
 from . import native, routes
 from .norm import backward as norm_act_backward
 from .norm import forward as norm_act_forward
+from .norm import residual_backward as norm_act_residual_backward
+from .norm import residual_supported as norm_act_residual_supported
 from .norm import supported as norm_act_supported
 from .products import (
     conv_forward,
@@ -46,6 +48,8 @@ __all__ = [
     "native",
     "norm_act_backward",
     "norm_act_forward",
+    "norm_act_residual_backward",
+    "norm_act_residual_supported",
     "norm_act_supported",
     "quantize",
     "routes",

@@ -6,6 +6,11 @@ max|gx| and moments. Both are kept in kernels.cpu.known for the quantizer that r
     y  = clamp((x - mean) * invstd * w + b, lo, hi)       lo, hi: ReLU (0, inf), ReLU6 (0, 6), none
     gx = invstd w (g' - mean(g') - xhat mean(g' xhat)),   g' = g where lo < y < hi (strictly)
 
+With a residual r (a ResNet block's last BatchNorm, the sum with its shortcut and the ReLU after it), y =
+clamp(BatchNorm(x) + r, lo, hi), rounded as torch rounds the BatchNorm's output and the sum; then only y's
+scale is kept (y is not monotone in x, so max|y| comes with y and the quantizer writes the codes), and the
+backward pass masks g by the stored y and returns g' as r's gradient too.
+
 mean and the biased variance are the batch's, per channel, summed in double. Float32 or bfloat16 tensors
 (under bf16 autocast the int8 convolutions return bfloat16) with channels innermost in memory only
 (channels-last: what the int8 convolutions return); `supported` says which. The arithmetic is float32's; a
@@ -60,20 +65,24 @@ class Saved:
     hi: float
 
 
-def forward(x, weight, bias, eps: float, lo: float, hi: float, running=None, momentum: float = 0.0):
+def forward(
+    x, weight, bias, eps: float, lo: float, hi: float, running=None, momentum: float = 0.0, residual=None
+):
     """(y, biased variance per channel (float64), Saved). y is laid out as x; its codes and scale are kept
-    (kernels.cpu.known). `running`: (running_mean, running_var), contiguous float32, moved towards the
+    (kernels.cpu.known), or its scale alone with a `residual` (of x's dtype and strides:
+    `residual_supported`). `running`: (running_mean, running_var), contiguous float32, moved towards the
     batch's statistics with `momentum` as torch's BatchNorm moves them. Raises NonFiniteError on a NaN or
-    an Inf in x or in y's scale (the running statistics unchanged then)."""
+    an Inf in x, the residual or y's scale (the running statistics unchanged then)."""
     c = x.shape[1]
     n = x.numel() // c
-    y, q = torch.empty_like(x), torch.empty_like(x, dtype=torch.int8)  # x's strides: its (rows, C) layout
+    y = torch.empty_like(x)  # x's strides: its (rows, C) layout
+    q = None if residual is not None else torch.empty_like(x, dtype=torch.int8)
     mean, a, b, scale = torch.empty(c), torch.empty(c), torch.empty(c), torch.empty(())
     invstd, var = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
     w, bb = _channel_vector(weight), _channel_vector(bias)  # held while the native call reads them
     rm, rv = running if running is not None else (None, None)
     bad = runtime.library().rq_norm_forward(
-        pointer(x), pointer(y), pointer(q), n, c, pointer(w), pointer(bb), eps, lo, hi,
+        pointer(x), pointer(residual), pointer(y), pointer(q), n, c, pointer(w), pointer(bb), eps, lo, hi,
         pointer(mean), pointer(invstd), pointer(var), pointer(a), pointer(b), pointer(scale),
         pointer(rm), pointer(rv), momentum, int(x.dtype == torch.bfloat16),
     )  # fmt: skip
@@ -83,24 +92,40 @@ def forward(x, weight, bias, eps: float, lo: float, hi: float, running=None, mom
     return y, var, Saved(mean, invstd, a, b, lo, hi)
 
 
+def residual_supported(x: torch.Tensor, residual: torch.Tensor) -> bool:
+    """Whether forward takes this residual with x (already `supported`): laid out and typed as x."""
+    return residual.dtype == x.dtype and residual.shape == x.shape and residual.stride() == x.stride()
+
+
 def backward(g: torch.Tensor, x: torch.Tensor, weight, saved: Saved):
     """(gx, grad of the weight, grad of the bias); gx of x's dtype and layout, its per-channel max|gx|,
     moments and standard deviation kept (kernels.cpu.known) unless gx has a NaN or an Inf (the quantizer
     then raises on it)."""
+    return _backward(g, x, weight, saved, None)[:3]
+
+
+def residual_backward(g: torch.Tensor, y: torch.Tensor, x: torch.Tensor, weight, saved: Saved):
+    """backward's (gx, grad of the weight, grad of the bias) and the residual's gradient, where forward took
+    a residual and returned y."""
+    return _backward(g, x, weight, saved, y)
+
+
+def _backward(g, x, weight, saved, y):
     c = x.shape[1]
     n = x.numel() // c
     if g.dtype != x.dtype or g.stride() != x.stride():
         g = torch.empty_like(x).copy_(g)  # x's layout (an upstream op may hand a gradient in another)
     gx, gw, gb = torch.empty_like(x), torch.empty(c), torch.empty(c)  # of their own: autograd keeps gw, gb
+    gr = None if y is None else torch.empty_like(x)
     gmax, sd = torch.empty(c), torch.empty(c)
     m1, m2 = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
     s, w = saved, _channel_vector(weight)  # held while the native call reads it
     bad = runtime.library().rq_norm_backward(
-        pointer(g), pointer(x), pointer(gx), n, c, pointer(w),
+        pointer(g), pointer(y), pointer(x), pointer(gr), pointer(gx), n, c, pointer(w),
         pointer(s.a), pointer(s.b), s.lo, s.hi, pointer(s.mean), pointer(s.invstd),
         pointer(gw), pointer(gb), pointer(gmax), pointer(m1), pointer(m2), pointer(sd),
         int(x.dtype == torch.bfloat16),
     )  # fmt: skip
     if not bad:
         known.remember(gx, known.Facts(channel_max=gmax, channel_sums=(m1, m2), channel_std=sd))
-    return gx, gw, gb
+    return gx, gw, gb, gr

@@ -354,6 +354,52 @@ static void norm_apply(const T* x, T* y, int8_t* q, int64_t rows, int64_t C, con
     }
 }
 
+// With a residual r (ResNet blocks: the block's last BatchNorm, the sum with the shortcut, its ReLU):
+// y = clamp(round(round(x a_c + b_c) + r), lo, hi), the rounding T's as torch rounds the BatchNorm's output
+// and the sum. max|y| (scale) comes out of this pass, since y is no longer monotone in x; its codes are left
+// to the quantizer, which then needs one pass over y instead of two. Returns 1 on a NaN or an Inf in the sum
+// (the sums of round(t + r) are found on the way: a clamp would hide a NaN).
+template <class T>
+static int norm_apply_residual(const T* x, const T* res, T* y, int64_t rows, int64_t C, const float* a,
+                               const float* b, float lo, float hi, float* scale) {
+    using E = Elem<T>;
+    Partials P(C);  // f1: sums of the sum before the clamp; hi: max|y|
+    const bool stream = streamed(y, rows, C);
+    const bool wide = wide_rows(C);
+    over_rows(rows, C, P, [&](size_t o, int64_t r) {
+        float *p1 = P.f1.data() + o, *m = P.hi.data() + o;
+        const T *xr = x + r * C, *rr = res + r * C;
+        T* out = y + r * C;
+        int64_t c = vector_part<T>(wide, [&](auto v, int64_t c) {
+            using V = decltype(v);
+            const auto vlo = V::set1(lo), vhi = V::set1(hi);
+            for (; c + V::N <= C; c += V::N) {
+                const auto t = V::round(V::add(V::mul(V::load(xr + c), V::ld(a + c)), V::ld(b + c)));
+                const auto u = V::round(V::add(t, V::load(rr + c)));
+                const auto w = V::min(V::max(u, vlo), vhi);  // lo, hi: values of T, so w needs no rounding
+                V::store(out + c, w, stream);
+                V::st(p1 + c, V::add(V::ld(p1 + c), u));
+                V::st(m + c, V::max(V::ld(m + c), V::abs(w)));
+            }
+            return c;
+        });
+        for (; c < C; ++c) {
+            const float t = E::round(E::load(xr + c) * a[c] + b[c]), u = E::round(t + E::load(rr + c));
+            const float w = activate(u, lo, hi);
+            E::store(out + c, w);
+            p1[c] += u;
+            m[c] = std::fmax(m[c], std::fabs(w));
+        }
+    });
+    std::vector<double> s1(C), s2(C);
+    std::vector<float> mx(C);
+    if (P.reduce(s1.data(), s2.data(), nullptr, mx.data())) return 1;
+    float s = 0.0f;
+    for (int64_t c = 0; c < C; ++c) s = std::fmax(s, mx[c]);
+    *scale = s;
+    return 0;
+}
+
 // g' = g where lo < x a + b < hi (torch's activation backward passes the gradient where its input, the
 // BatchNorm's output, lies strictly inside the bounds; lo and hi from Elem::mask_bounds, so that the stored
 // output decides)
@@ -402,6 +448,41 @@ static void norm_grad_sums(const T* g, const T* x, int64_t rows, int64_t C, cons
     P.reduce(sg, sgx, nullptr, nullptr);
 }
 
+// With a residual: g' = g where lo < y < hi (y: the stored output, as torch's ReLU backward reads it), written
+// to gr (the gradient of the shortcut and of the BatchNorm's output), and the sums of g' and g' (x - mean_c)
+template <class T>
+static void norm_grad_sums_residual(const T* g, const T* y, const T* x, T* gr, int64_t rows, int64_t C, float lo,
+                                    float hi, const float* mean, double* sg, double* sgx) {
+    using E = Elem<T>;
+    Partials P(C);
+    const bool stream = streamed(gr, rows, C);
+    const bool wide = wide_rows(C);
+    over_rows(rows, C, P, [&](size_t o, int64_t r) {
+        float *p1 = P.f1.data() + o, *p2 = P.f2.data() + o;
+        const T *gv = g + r * C, *yr = y + r * C, *xr = x + r * C;
+        T* out = gr + r * C;
+        int64_t c = vector_part<T>(wide, [&](auto v, int64_t c) {
+            using V = decltype(v);
+            const auto vlo = V::set1(lo), vhi = V::set1(hi);
+            for (; c + V::N <= C; c += V::N) {
+                const auto gp = V::inside(V::load(yr + c), vlo, vhi, V::load(gv + c));
+                const auto d = V::sub(V::load(xr + c), V::ld(mean + c));
+                V::store(out + c, gp, stream);  // a value of T already: no rounding
+                V::st(p1 + c, V::add(V::ld(p1 + c), gp));
+                V::st(p2 + c, V::add(V::ld(p2 + c), V::mul(gp, d)));
+            }
+            return c;
+        });
+        for (; c < C; ++c) {
+            const float yc = E::load(yr + c), gp = (yc > lo && yc < hi) ? E::load(gv + c) : 0.0f;
+            E::store(out + c, gp);
+            p1[c] += gp;
+            p2[c] += gp * (E::load(xr + c) - mean[c]);
+        }
+    });
+    P.reduce(sg, sgx, nullptr, nullptr);
+}
+
 // gx = g' c1_c + (x - mean_c) c2_c + c3_c, with per channel max|gx| (gmax), sum (s1) and sum of squares (s2)
 // of gx as stored. Returns 1 where gx has a NaN or an Inf (Partials::reduce).
 template <class T>
@@ -443,13 +524,14 @@ static int norm_grad_apply(const T* g, const T* x, T* gx, int64_t rows, int64_t 
     return P.reduce(s1, s2, nullptr, gmax);
 }
 
-// The forward pass: statistics, the per-channel coefficients (in double), y's scale, then y and its codes.
+// The forward pass: statistics, the per-channel coefficients (in double), y's scale, then y and its codes;
+// with a residual res (not null), y = clamp(BatchNorm(x) + res, lo, hi) and its scale, no codes.
 // weight / bias may be null (no affine). The running statistics (unless null) move towards the batch's as
 // torch's BatchNorm moves them (Normalization.cpp, batch_norm_cpu_update_stats_template: in double, from
 // the float32 mean and the unbiased variance, with momentum `factor`), here rather than in five torch ops
 // (tens of microseconds a layer). Returns 1 on a NaN or an Inf in x or in the scale.
 template <class T>
-static int norm_forward(const T* x, T* y, int8_t* q, int64_t rows, int64_t C, const float* weight, const float* bias,
+static int norm_forward(const T* x, const T* res, T* y, int8_t* q, int64_t rows, int64_t C, const float* weight, const float* bias,
                         double eps, float lo, float hi, float* mean, double* invstd, double* var, float* a, float* b,
                         float* scale, float* running_mean, float* running_var, double factor) {
     std::vector<double> s1(C), s2(C);
@@ -465,28 +547,39 @@ static int norm_forward(const T* x, T* y, int8_t* q, int64_t rows, int64_t C, co
         a[c] = (float)ac;
         b[c] = (float)((bias ? (double)bias[c] : 0.0) - m * ac);
     }
-    // rounding is monotone and odd: the largest |y| stored is the largest |y| rounded
-    *scale = Elem<T>::round(norm_output_absmax(mn.data(), mx.data(), C, a, b, lo, hi));
-    if (!std::isfinite(*scale)) return 1;
+    if (res) {
+        if (norm_apply_residual(x, res, y, rows, C, a, b, lo, hi, scale)) return 1;
+    } else {
+        // rounding is monotone and odd: the largest |y| stored is the largest |y| rounded
+        *scale = Elem<T>::round(norm_output_absmax(mn.data(), mx.data(), C, a, b, lo, hi));
+        if (!std::isfinite(*scale)) return 1;
+        norm_apply(x, y, q, rows, C, a, b, lo, hi, *scale);
+    }
     const double bessel = (double)rows / (double)std::max<int64_t>(1, rows - 1);  // biased -> unbiased
     for (int64_t c = 0; c < C; ++c) {
         if (running_mean) running_mean[c] = (float)(factor * mean[c] + (1.0 - factor) * running_mean[c]);
         if (running_var) running_var[c] = (float)(factor * (var[c] * bessel) + (1.0 - factor) * running_var[c]);
     }
-    norm_apply(x, y, q, rows, C, a, b, lo, hi, *scale);
     return 0;
 }
 
 // The backward pass: the sums, the weight's and bias's gradients, then gx with its per-channel max, sums and
 // standard deviation (gx = invstd w (g' - sum(g') / n - (x - mean) invstd^2 sum(g' (x - mean)) / n)).
+// With a residual (y, the forward's output, not null), g' is masked by y and written to gr first.
 // Returns 1 where gx has a NaN or an Inf.
 template <class T>
-static int norm_backward(const T* g, const T* x, T* gx, int64_t rows, int64_t C, const float* weight, const float* a,
+static int norm_backward(const T* g, const T* y, const T* x, T* gr, T* gx, int64_t rows, int64_t C, const float* weight, const float* a,
                          const float* b, float lo, float hi, const float* mean, const double* invstd, float* gw,
                          float* gb, float* gmax, double* m1, double* m2, float* sd) {
     std::vector<double> sg(C), sgx(C);
-    Elem<T>::mask_bounds(lo, hi, lo, hi);
-    norm_grad_sums(g, x, rows, C, a, b, lo, hi, mean, sg.data(), sgx.data());
+    if (y) {
+        norm_grad_sums_residual(g, y, x, gr, rows, C, lo, hi, mean, sg.data(), sgx.data());
+        g = gr;  // the apply pass reads g' as it is: no mask left
+        lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
+    } else {
+        Elem<T>::mask_bounds(lo, hi, lo, hi);
+        norm_grad_sums(g, x, rows, C, a, b, lo, hi, mean, sg.data(), sgx.data());
+    }
     std::vector<float> c1(C), c2(C), c3(C);
     for (int64_t c = 0; c < C; ++c) {
         const double k = weight ? invstd[c] * weight[c] : invstd[c];
@@ -508,26 +601,29 @@ using namespace rq;
 
 extern "C" {
 
-// bf16: x, y (g, x, gx) are bfloat16, else float32
-int rq_norm_forward(const void* x, void* y, int8_t* q, int64_t rows, int64_t C, const float* weight, const float* bias,
+// bf16: x, res, y (g, y, x, gr, gx) are bfloat16, else float32; res (y, gr) null: no residual
+int rq_norm_forward(const void* x, const void* res, void* y, int8_t* q, int64_t rows, int64_t C, const float* weight, const float* bias,
                     double eps, float lo, float hi, float* mean, double* invstd, double* var, float* a, float* b,
                     float* scale, float* running_mean, float* running_var, double factor, int bf16) {
     if (bf16)
-        return norm_forward(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), q, rows, C, weight, bias, eps,
-                            lo, hi, mean, invstd, var, a, b, scale, running_mean, running_var, factor);
-    return norm_forward(static_cast<const float*>(x), static_cast<float*>(y), q, rows, C, weight, bias, eps, lo, hi,
-                        mean, invstd, var, a, b, scale, running_mean, running_var, factor);
+        return norm_forward(static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(res),
+                            static_cast<uint16_t*>(y), q, rows, C, weight, bias, eps, lo, hi, mean, invstd, var, a, b,
+                            scale, running_mean, running_var, factor);
+    return norm_forward(static_cast<const float*>(x), static_cast<const float*>(res), static_cast<float*>(y), q, rows,
+                        C, weight, bias, eps, lo, hi, mean, invstd, var, a, b, scale, running_mean, running_var,
+                        factor);
 }
 
-int rq_norm_backward(const void* g, const void* x, void* gx, int64_t rows, int64_t C, const float* weight,
+int rq_norm_backward(const void* g, const void* y, const void* x, void* gr, void* gx, int64_t rows, int64_t C, const float* weight,
                      const float* a, const float* b, float lo, float hi, const float* mean, const double* invstd,
                      float* gw, float* gb, float* gmax, double* m1, double* m2, float* sd, int bf16) {
     if (bf16)
-        return norm_backward(static_cast<const uint16_t*>(g), static_cast<const uint16_t*>(x),
-                             static_cast<uint16_t*>(gx), rows, C, weight, a, b, lo, hi, mean, invstd, gw, gb, gmax, m1,
-                             m2, sd);
-    return norm_backward(static_cast<const float*>(g), static_cast<const float*>(x), static_cast<float*>(gx), rows, C,
-                         weight, a, b, lo, hi, mean, invstd, gw, gb, gmax, m1, m2, sd);
+        return norm_backward(static_cast<const uint16_t*>(g), static_cast<const uint16_t*>(y),
+                             static_cast<const uint16_t*>(x), static_cast<uint16_t*>(gr), static_cast<uint16_t*>(gx),
+                             rows, C, weight, a, b, lo, hi, mean, invstd, gw, gb, gmax, m1, m2, sd);
+    return norm_backward(static_cast<const float*>(g), static_cast<const float*>(y), static_cast<const float*>(x),
+                         static_cast<float*>(gr), static_cast<float*>(gx), rows, C, weight, a, b, lo, hi, mean, invstd,
+                         gw, gb, gmax, m1, m2, sd);
 }
 
 }  // extern "C"
