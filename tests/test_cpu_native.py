@@ -585,12 +585,17 @@ def test_native_implicit_im2col_products_are_exact(
     """Ungrouped convolutions whose channels are a multiple of 16 run one native GEMM that reads the padded
     input itself (im2col.implicit_columns, native.gemm_tables): every pass equals the reference bit for bit
     (with out_scale, the reference and the epilogue), with the strides and view-ness of the copied-columns
-    path, whose GEMMs it replaces."""
+    path, whose GEMMs it replaces. The input gradient reads the weight itself through a table of its rows
+    (products.TapMajor), without the transposed copy the other routes make."""
     monkeypatch.setenv("REPRO_CPU_GEMM", "native")
     cpu.clear_route_caches()
-    calls = []
+    calls, transposed = [], []
     real = native.gemm_tables
     monkeypatch.setattr(native, "gemm_tables", lambda *a, **kw: calls.append(a[:3]) or real(*a, **kw))
+    real_transposed = cpu.products.tap_major_transposed
+    monkeypatch.setattr(
+        cpu.products, "tap_major_transposed", lambda *a: transposed.append(1) or real_transposed(*a)
+    )
     nd = len(spatial)
     geo = ([s] * nd, [p] * nd, [d] * nd, 1)
     try:
@@ -621,10 +626,12 @@ def test_native_implicit_im2col_products_are_exact(
         }
         got, tables_used, every_call = {}, {}, []
         for what, call in passes.items():
-            calls.clear()
+            calls.clear(), transposed.clear()
             got[what] = call()
             tables_used[what] = bool(calls)
             every_call += calls
+            if what.startswith("input grad"):
+                assert bool(transposed) == (cout % 16 != 0), what
         assert len(every_call) >= (2 if cin % 16 == 0 else 0) and (
             cin % 16 == 0 or all(c[2] % 16 == 0 for c in every_call)
         )
@@ -634,9 +641,9 @@ def test_native_implicit_im2col_products_are_exact(
             assert used == ((cout if what.startswith("input grad") else cin) % 16 == 0), what
         with monkeypatch.context() as m:
             m.setattr(cpu.im2col, "implicit_ok", lambda channels: False)
-            calls.clear()
+            calls.clear(), transposed.clear()
             copied = {what: call() for what, call in passes.items()}
-            assert not calls
+            assert not calls and len(transposed) > 0
         for what, t in got.items():
             if what.endswith("scaled"):
                 expect = cpu.dequantize(want[what.removesuffix(" scaled")], scale)

@@ -156,10 +156,18 @@ def conv_exact(
     out = tuple((xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(nd))
     if routes.native_depthwise(nd, groups, cin, cout):
         return native.depthwise_forward(xq, wq, s, p, d, out, scale)
+    implicit = groups == 1 and implicit_ok(cin)
+    # the input gradient's TapMajor weight: its operand read through a table of rows where the implicit
+    # route reads it, else the weight made (kernels.cpu.products)
+    lazy = hasattr(wq, "operand_rows")
+    b_rows = wq.operand_rows() if implicit and lazy else None
+    wq = wq.tensor() if lazy and b_rows is None else wq
     npos = math.prod(out)
     a, b = cin // groups, cout // groups
     blk = min(groups, max(1, 64 // max(a, b)))
-    if groups == 1:
+    if b_rows is not None:
+        wb = wq.wq  # read through the table
+    elif groups == 1:
         # the (prod(k) * Cin, Cout) operand, rows (k..., c) as the channels-last im2col's columns: a view of a
         # channels-last weight, and of the input gradient's tap-major transposed weight (tap_major_transposed)
         wb = wq.permute(*range(2, 2 + nd), 1, 0).reshape(ntap * cin, cout)
@@ -173,11 +181,15 @@ def conv_exact(
         y = empty_cl((n, cout, *out), torch.int32)
         y = native.as_float_view(y) if fused else y
     ymat = y.movedim(1, -1).view(n * npos, cout)  # rows (n, o...), contiguous
-    if groups == 1 and implicit_ok(cin):  # one GEMM over the whole batch, its packing reading xp itself
+    if implicit:  # one GEMM over the whole batch, its packing reading xp itself
         xp = pad_zero(as_cl(xq), p)  # channels-last: the channels contiguous, as the tables need
         rows, taps = implicit_columns(xp, k, s, d, out)
         a_m, a_k = (0, rows, 1), (0, taps, cin)
-        b_k, b_n = (wb.stride(0), None, 1), (wb.stride(1), None, 1)
+        if b_rows is not None:
+            table, stride = b_rows
+            b_k, b_n = (0, table, 1), (stride, None, 1)
+        else:
+            b_k, b_n = (wb.stride(0), None, 1), (wb.stride(1), None, 1)
         native.gemm_tables(n * npos, cout, ntap * cin, xp, a_m, a_k, wb, b_k, b_n, ymat, cout, scale)
         return y
     chunk = routes.batch_chunk(n, npos * ntap * cin, IM2COL_CHUNK_BYTES)

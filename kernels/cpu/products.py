@@ -150,7 +150,7 @@ def _conv_int(
     land in dx without an intermediate int32 tensor per phase (half its copies, measured).
     ``scale``: the result as float32 acc * scale (``dst`` float32 then), bit for bit the epilogue's;
     ``out_dtype`` bfloat16: that value rounded to bfloat16 (``dst`` bfloat16), as ``dequantize(...,
-    bfloat16)`` rounds it.
+    bfloat16)`` rounds it. ``wq``: a tensor, or the input gradient's TapMajor.
     """
     k = wq.shape[2:]
     out = [(xq.shape[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(len(s))]
@@ -160,11 +160,13 @@ def _conv_int(
     to_im2col = to_im2col or routes.native_conv_on_amx(xq.shape[0] * math.prod(out), xq.shape[1], groups)
     pointwise_blocks = None  # a 1x1 oneDNN takes from im2col_route: its weight's one proven block
     if not to_im2col and routes.im2col_route(k, p, out, groups):
+        wq = _weight(wq)
         pointwise_blocks = _pointwise_onednn_blocks(xq, wq, p, out, groups, scale, out_dtype)
         to_im2col = pointwise_blocks is None
     if to_im2col:
         y = im2col.conv_exact(xq, wq, s, p, d, groups, scale, out_dtype)
         return _as_dtype(y, scale, out_dtype) if dst is None else dst.copy_(y[window])
+    wq = _weight(wq)  # oneDNN's routes take the weight as a tensor
     if routes.onednn_bounded():
         # AMX: the output scan cannot see a rounded uncompensated sum; the weights must prove every block
         blocks, checked = pointwise_blocks or onednn.channel_blocks(wq, groups), False
@@ -398,6 +400,41 @@ def tap_major_transposed(wq: torch.Tensor, taps) -> torch.Tensor:
     return out.permute(nd + 1, nd, *range(nd))
 
 
+class TapMajor:
+    """tap_major_transposed(wq, taps), made only where a route needs it as a tensor (``tensor``): the AMX
+    GEMM's implicit im2col reads its operand from wq itself, through a table of the rows of Cin codes
+    (``im2col.conv_exact``), which spares a copy of the weight per phase and step (10 ms of a ResNet-50
+    step at 112 px, Intel AMX, docs/measurements.md)."""
+
+    def __init__(self, wq: torch.Tensor, taps):
+        self.wq, self.taps = wq, [list(t) for t in taps]
+        self.shape = torch.Size((wq.shape[1], wq.shape[0], *(len(t) for t in self.taps)))
+        self.dtype = wq.dtype
+
+    def tensor(self) -> torch.Tensor:
+        return tap_major_transposed(self.wq, self.taps)
+
+    def operand_rows(self) -> tuple[torch.Tensor, int] | None:
+        """(table, stride) of the GEMM operand (prod(taps) * Cout, Cin), rows (taps..., cout) as the
+        tensor's: row v at table[v], its Cin codes `stride` apart (1 for a channels-last wq), or None where
+        wq's codes of one row are not contiguous."""
+        if self.wq.stride(1) != 1:
+            return None
+        return _tap_major_rows(tuple(self.wq.shape), tuple(self.wq.stride()), tuple(map(tuple, self.taps))), 1
+
+
+@functools.lru_cache(maxsize=256)
+def _tap_major_rows(shape, strides, taps) -> torch.Tensor:
+    offsets = torch.zeros(1, dtype=torch.int64)
+    for i, t in enumerate(taps):  # tap (t0, t1, ...) at sum of t_i * stride of spatial dim i
+        offsets = (offsets[..., None] + torch.tensor(t, dtype=torch.int64) * strides[2 + i]).flatten()
+    return (offsets[:, None] + torch.arange(shape[0], dtype=torch.int64) * strides[0]).flatten()
+
+
+def _weight(wq) -> torch.Tensor:
+    return wq.tensor() if isinstance(wq, TapMajor) else wq
+
+
 def conv_input_grad(
     gq, wq, input_shape, stride=1, padding=0, dilation=1, groups=1, out_scale=None, out_dtype=torch.float32
 ) -> torch.Tensor:
@@ -430,7 +467,7 @@ def conv_input_grad(
         if any(plan is None for _, _, plan in combo):
             continue
         if groups == 1:
-            w_sub = tap_major_transposed(wq, [plan[0] for _, _, plan in combo])
+            w_sub = TapMajor(wq, [plan[0] for _, _, plan in combo])
         else:
             w_sub, flipped = wt, []
             for i, (_, _, (taps, _, _, _)) in enumerate(combo):
