@@ -157,7 +157,7 @@ def _conv_int(
     window = (slice(None), slice(None)) + tuple(crop if crop is not None else ())
     depthwise = routes.native_depthwise(len(s), groups, xq.shape[1], wq.shape[0])
     to_im2col = depthwise or not routes.onednn_exact()
-    to_im2col = to_im2col or routes.native_conv_on_amx(xq.shape[0] * math.prod(out), xq.shape[1], groups)
+    to_im2col = to_im2col or routes.native_conv_on_amx(xq.shape[1], groups)
     pointwise_blocks = None  # a 1x1 oneDNN takes from im2col_route: its weight's one proven block
     if not to_im2col and routes.im2col_route(k, p, out, groups):
         wq = _weight(wq)

@@ -60,8 +60,8 @@ def native_gemm() -> bool:
     the native library: where torch's int8 kernels are slow (torch_int8_fast false), and on AMX CPUs, whose
     tiles the native GEMM uses (kernels/cpu/csrc/gemm_amx.cpp) and torch._int_mm does not: oneDNN's gemm API
     ran ResNet-50's 1x1 products at 1.0-1.9x the AMX GEMM's time alone, and slower still inside a step
-    (docs/measurements.md). REPRO_CPU_GEMM=torch keeps _int_mm; the larger 3x3 convolutions stay on oneDNN
-    (native_conv_on_amx)."""
+    (docs/measurements.md). REPRO_CPU_GEMM=torch keeps _int_mm; ungrouped convolutions with a multiple of
+    16 input channels leave oneDNN for it too (native_conv_on_amx)."""
     if not torch_int8_fast():
         return True
     return os.environ.get("REPRO_CPU_GEMM") != "torch" and native_amx()
@@ -194,18 +194,13 @@ def pointwise_on_onednn(rows: int, cin: int, cout: int) -> bool:
     return (rows >= POINTWISE_ONEDNN_ROWS and cout >= cin) or rows >= 16 * cin
 
 
-# convolutions with at most this many output rows (images x positions) and a multiple of 16 input channels go
-# to the AMX GEMM reading the padded input in place, not oneDNN (native_conv_on_amx)
-NATIVE_CONV_ROWS = 16384
-
-
-def native_conv_on_amx(rows: int, cin: int, groups: int) -> bool:
+def native_conv_on_amx(cin: int, groups: int) -> bool:
     """Whether an ungrouped convolution oneDNN would run goes to the native AMX GEMM instead (its implicit
     im2col, kernels/cpu/im2col.py): oneDNN's int8 call through torch costs about 0.5 ms before it computes
-    (the op, the weight's prepack, the uint8 shift), the AMX GEMM's packing of the columns grows with the
-    rows; measured on an Intel AMX Xeon, the AMX GEMM won up to 12,544 rows (64-28-64-3-1 at batch 16: 0.59
-    against 0.78 ms) and lost at 25,088 (1.15 against 1.03), docs/measurements.md."""
-    return groups == 1 and cin % 16 == 0 and rows <= NATIVE_CONV_ROWS and torch_int8_fast() and native_gemm()
+    (the op, the weight's prepack, the uint8 shift). Since A tiles are read in place, the AMX GEMM won at
+    every size measured on an Intel AMX Xeon, 100,352 rows included (32 x 64-56-64 3x3: forward 2.90
+    against 3.12 ms, input gradient 2.72 against 3.09), docs/measurements.md."""
+    return groups == 1 and cin % 16 == 0 and torch_int8_fast() and native_gemm()
 
 
 def im2col_route(k, p, out, groups: int) -> bool:
