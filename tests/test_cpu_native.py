@@ -699,6 +699,20 @@ def test_pad_zero_pads_with_zeros_in_either_layout(monkeypatch, shape, p, one_op
         assert cpu.memory.is_cl(got) == cpu.memory.is_cl(xx)
 
 
+def test_pad_zero_pads_a_tensor_once_until_it_changes():
+    """The weight gradient reads the padded input the forward pass made: the same tensor for the same x and
+    padding, a fresh one for another padding, another tensor, or x changed in place."""
+    x = _cl(torch.randint(-127, 128, (2, 16, 5, 6), dtype=torch.int8))
+    xp = cpu.im2col.pad_zero(x, (1, 1))
+    assert cpu.im2col.pad_zero(x, (1, 1)) is xp
+    other = cpu.im2col.pad_zero(x, (2, 2))
+    assert other.shape[2:] == (9, 10) and torch.equal(other[:, :, 1:-1, 1:-1], xp)
+    assert cpu.im2col.pad_zero(x.clone(), (1, 1)) is not xp
+    x.add_(1)
+    fresh = cpu.im2col.pad_zero(x, (1, 1))
+    assert fresh is not xp and torch.equal(fresh[:, :, 1:-1, 1:-1], x)
+
+
 @pytest.mark.parametrize("amx", [True, False])
 def test_products_take_the_native_gemm_where_it_runs_on_amx_tiles(monkeypatch, amx):
     """With VNNI, torch's int8 kernels serve the products, except on AMX tiles: there the native GEMM takes

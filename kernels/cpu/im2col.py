@@ -7,13 +7,14 @@ such operands are copied to a fresh row-major layout first (``mm_operand``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
 import torch
 import torch.nn.functional as F
 
-from . import native, routes
+from . import known, native, routes
 from .memory import as_cl, empty_cl, huge_pages, is_cl
 from .quantizer import dequantize
 
@@ -63,9 +64,21 @@ def mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scale=
 
 
 def pad_zero(xq: torch.Tensor, p) -> torch.Tensor:
-    """Zero-pad the spatial dims (int8), keeping the memory layout family."""
+    """Zero-pad the spatial dims (int8), keeping the memory layout family. The result is kept with xq
+    (kernels.cpu.known) and returned again for the same xq: the weight gradient pads the input the forward
+    pass padded (5 ms of a ResNet-50 step at 112 px, Intel AMX)."""
     if not any(p):
         return xq
+    facts = known.recall(xq)
+    if facts is not None and facts.padded is not None and facts.padded[1] == tuple(p):
+        return facts.padded[0]
+    xp = _padded(xq, p)
+    if not xq.is_inference():  # (an inference tensor has no version counter to key the facts by)
+        known.remember(xq, dataclasses.replace(facts or known.Facts(), padded=(xp, tuple(p))))
+    return xp
+
+
+def _padded(xq: torch.Tensor, p) -> torch.Tensor:
     # F.pad keeps torch's memory formats (channels-last 2-D and 3-D), not a 1-D channels-last layout
     if xq.numel() * xq.element_size() <= PAD_ONE_OP_BYTES and (xq.dim() in (4, 5) or not is_cl(xq)):
         xp = F.pad(xq, [v for b in reversed(p) for v in (b, b)])

@@ -1,7 +1,8 @@
 """What the kernel that made a tensor already knows of it, kept for the quantizer that reads it next.
 
 A fused BatchNorm (kernels.cpu.norm) finds max|y| of its output, and writes y's nearest int8 codes, in the
-passes that make y; its backward finds the per-channel max|gx| and moments of the gradient it returns.
+passes that make y; its backward finds the per-channel max|gx| and moments of the gradient it returns. A
+convolution's zero-padded int8 input is kept for its weight gradient.
 The quantizer (kernels.cpu.quantizer) asks here first and skips its own pass over the tensor when the
 answer is there. An entry holds for the very tensor object it was made for, while its data is unchanged
 (same storage and version counter: an in-place change drops it), and goes when the tensor does.
@@ -24,6 +25,9 @@ class Facts:
         None  # sum and sum of squares along dim 1, float64
     )
     channel_std: torch.Tensor | None = None  # the population standard deviation along dim 1, float32
+    # (t zero-padded by `padding` on each side of its spatial dims, padding): an int8 convolution's padded
+    # input, made in the forward pass and read again by its weight gradient (kernels.cpu.im2col.pad_zero)
+    padded: tuple[torch.Tensor, tuple[int, ...]] | None = None
 
 
 _ENTRIES: dict[int, tuple[weakref.ref, int, int, Facts]] = {}
