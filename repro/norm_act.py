@@ -4,7 +4,8 @@ In a quantized model every BatchNorm2d followed by a ReLU or ReLU6 in the same S
 Conv2dNormActivation: MobileNetV2/V3, EfficientNet, RegNet) has its class swapped, as the layers are:
 the BatchNorm applies the activation itself, and the activation module passes on a tensor the BatchNorm
 already activated. torchvision's ResNet blocks (BasicBlock, Bottleneck: ResNet, ResNeXt, Wide ResNet) call
-one ReLU module after each inner BatchNorm and after the residual sum: the block's class is swapped for one
+one ReLU module after each inner BatchNorm and after the residual sum (and ResNet's stem one, folded as in a
+Sequential): the block's class is swapped for one
 whose forward lets the inner BatchNorms apply the ReLU, and its last BatchNorm (a ResidualBatchNorm2d) the sum
 with the shortcut and the ReLU after it; the module stays for where the backend does not fuse.
 
@@ -23,7 +24,7 @@ import math
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
-from torchvision.models.resnet import BasicBlock, Bottleneck
+from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
 import kernels
 
@@ -195,6 +196,8 @@ BLOCKS = {
     Bottleneck: (FusedBottleneck, ("bn1", "bn2"), "bn3"),
 }
 UNFUSED_BLOCKS = {fused: block for block, (fused, _, _) in BLOCKS.items()}
+# a model class whose forward calls a BatchNorm then an activation module used nowhere else: their names
+STEMS = {ResNet: ("bn1", "relu")}
 
 
 def _fuse(norm: nn.Module, act: type[nn.Module]) -> None:
@@ -219,6 +222,13 @@ def fuse_norm_activations(model: nn.Module) -> int:
                 _fuse(norm, type(act))
                 act.__class__ = FOLDED[type(act)]
                 fused += 1
+    for stem in model.modules():
+        names = STEMS.get(type(stem))
+        norm, act = (getattr(stem, name, None) for name in names) if names else (None, None)
+        if type(norm) is nn.BatchNorm2d and type(act) in BOUNDS and parents[id(act)] == 1:
+            _fuse(norm, type(act))
+            act.__class__ = FOLDED[type(act)]
+            fused += 1
     for block in model.modules():
         fused_class, names, last = BLOCKS.get(type(block), (None, (), None))
         norms = [getattr(block, name) for name in names]

@@ -18,6 +18,7 @@ from kernels.cpu import known, quantizer, runtime
 from kernels.errors import NonFiniteError
 from repro.layers import quantize_model
 from repro.norm_act import (
+    FoldedReLU,
     FusedBasicBlock,
     FusedBatchNorm2d,
     FusedBottleneck,
@@ -393,7 +394,7 @@ def test_a_fused_module_under_bf16_autocast_trains_as_torchs():
     torch.testing.assert_close(fused[0].weight.grad, ref[0].weight.grad, rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("name, fused, blocks", [("resnet18", 8, 8), ("resnet50", 32, 16)])
+@pytest.mark.parametrize("name, fused, blocks", [("resnet18", 9, 8), ("resnet50", 33, 16)])
 def test_quantize_model_fuses_resnet_blocks_and_keeps_state_dict(name, fused, blocks):
     torch.manual_seed(0)
     model = torchvision.models.get_model(name, num_classes=4)
@@ -404,7 +405,7 @@ def test_quantize_model_fuses_resnet_blocks_and_keeps_state_dict(name, fused, bl
     block = model.layer1[0]
     assert type(block) in (FusedBasicBlock, FusedBottleneck) and type(block.relu) is nn.ReLU
     assert type(block.bn1) is FusedBatchNorm2d
-    assert type(model.bn1) is nn.BatchNorm2d  # the stem's: in no block or Sequential
+    assert type(model.bn1) is FusedBatchNorm2d and type(model.relu) is FoldedReLU  # the stem's
     assert list(model.state_dict()) == keys
     quantize_model(model, "gq", fuse_norm=False)
     assert type(model.layer1[0]) in (BasicBlock, Bottleneck)
