@@ -77,6 +77,16 @@ static inline __m256 load8(const void* p, int64_t i) {
     }
 }
 
+#ifdef __AVX512F__
+template <int DT>
+static inline __m512 load16(const void* p, int64_t i) {
+    const auto* h = reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i);
+    if constexpr (DT == F32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+    else if constexpr (DT == BF16) return load_bf16x16(static_cast<const uint16_t*>(p) + i);
+    else return _mm512_cvtph_ps(_mm256_loadu_si256(h));
+}
+#endif
+
 // floor(clamp(x inv) + u): in [-127, 128], as 127 + u rounds up to 128 for u >= 1 - 2^-18. Without
 // code_stochastic's last clamp: store8 and store32 saturate to int8, which takes 128 to the clamp's 127.
 static inline __m256 codes_stochastic8(__m256 x, __m256 inv, __m256 u) {
@@ -307,6 +317,15 @@ static int quantize_flat(const void* x, int8_t* q, const Plan& p, int64_t n) {
             for (int64_t o = 0; o < n / C; ++o) {
                 const int64_t base = o * C;
                 int64_t c = 0;
+#ifdef __AVX512F__
+                for (; !cnt && c + 16 <= C; c += 16) {  // 16 lanes (the counts stay on the 8-lane loop)
+                    const __m512 a = load16<DT>(x, base + c);
+                    bad |= _mm512_cmp_ps_mask(abs16(a), _mm512_set1_ps(std::numeric_limits<float>::max()),
+                                              _CMP_NLE_UQ) != 0;
+                    const __m512 inv = p.per_channel ? _mm512_loadu_ps(p.inv + c) : _mm512_set1_ps(p.inv[0]);
+                    store16(q + base + c, codes_nearest16(a, inv));
+                }
+#endif
 #ifdef __AVX2__
                 for (; c + 8 <= C; c += 8) {
                     const __m256 a = load8<DT>(x, base + c);
@@ -335,6 +354,18 @@ static int quantize_flat(const void* x, int8_t* q, const Plan& p, int64_t n) {
                 const float inv = p.per_channel ? p.inv[c] : p.inv[0];
                 uint32_t above = 0;
                 int64_t i = 0;
+#ifdef __AVX512F__
+                if (!cnt) {  // 16 lanes (the counts stay on the 8-lane loop)
+                    const __m512 vinv = _mm512_set1_ps(inv), big = _mm512_set1_ps(std::numeric_limits<float>::max());
+                    __mmask16 vb = 0;
+                    for (; i + 16 <= len; i += 16) {
+                        const __m512 a = load16<DT>(x, base + i);
+                        vb |= _mm512_cmp_ps_mask(abs16(a), big, _CMP_NLE_UQ);
+                        store16(q + base + i, codes_nearest16(a, vinv));
+                    }
+                    bad |= vb != 0;
+                }
+#endif
 #ifdef __AVX2__
                 const __m256 vinv = _mm256_set1_ps(inv);
                 __m256 vb = _mm256_setzero_ps();
@@ -431,14 +462,6 @@ static inline void row_counters(int64_t m0, __m256i lane, int64_t Rm, int64_t rb
 constexpr int64_t NOISE_CHUNK = 2048;
 
 #ifdef __AVX512F__
-template <int DT>
-static inline __m512 load16(const void* p, int64_t i) {
-    const auto* h = reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i);
-    if constexpr (DT == F32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
-    else if constexpr (DT == BF16) return load_bf16x16(static_cast<const uint16_t*>(p) + i);
-    else return _mm512_cvtph_ps(_mm256_loadu_si256(h));
-}
-
 // floor(v + u) as codes_stochastic8 (the same float operations, lane by lane), clamped (store16 would saturate too)
 static inline __m512 codes_stochastic16(__m512 x, __m512 inv, __m512 u) {
     return clamp16(_mm512_roundscale_ps(_mm512_add_ps(clamp16(_mm512_mul_ps(x, inv)), u), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
