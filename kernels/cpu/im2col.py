@@ -14,8 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import known, native, routes
-from .memory import as_cl, empty_cl, huge_pages, is_cl
+from . import known, native, routes, runtime
+from .memory import as_cl, cl_row_stride, empty_cl, huge_pages, is_cl
 from .quantizer import dequantize
 
 # weight grad: batch chunk such that the im2col of a chunk has about this many bytes (measured: 8 MB
@@ -79,6 +79,13 @@ def pad_zero(xq: torch.Tensor, p) -> torch.Tensor:
 
 
 def _padded(xq: torch.Tensor, p) -> torch.Tensor:
+    lib = runtime.library()
+    if lib is not None and xq.dim() == 4 and xq.dtype == torch.int8 and is_cl(xq):
+        n, c, h, w = xq.shape
+        if cl_row_stride(xq) == c and xq.stride(0) == h * w * c:  # dense (N, H, W, C)
+            xp = empty_cl((n, c, h + 2 * p[0], w + 2 * p[1]), torch.int8)
+            lib.rq_pad_cl(xq.data_ptr(), xp.data_ptr(), n, h, w, c, p[0], p[1])
+            return xp
     # F.pad keeps torch's memory formats (channels-last 2-D and 3-D), not a 1-D channels-last layout
     if xq.numel() * xq.element_size() <= PAD_ONE_OP_BYTES and (xq.dim() in (4, 5) or not is_cl(xq)):
         xp = F.pad(xq, [v for b in reversed(p) for v in (b, b)])

@@ -24,7 +24,15 @@ from pathlib import Path
 import torch
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
-SOURCES = ("quantize.cpp", "gemm.cpp", "gemm_amx.cpp", "depthwise.cpp", "float_format.cpp", "norm.cpp")
+SOURCES = (
+    "quantize.cpp",
+    "gemm.cpp",
+    "gemm_amx.cpp",
+    "depthwise.cpp",
+    "float_format.cpp",
+    "norm.cpp",
+    "pad.cpp",
+)
 HEADERS = ("philox.h", "codes.h", "moments.h", "bf16.h", "gemm_operand.h", "gemm_amx.h")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 
@@ -104,6 +112,8 @@ def library() -> ctypes.CDLL | None:
     axes = (i64, ptr, i64) * 2  # an operand's two axes: stride, table, run
     lib.rq_gemm_s8_tables.argtypes = (i64, i64, i64, ptr, *axes, ptr, *axes, ptr, i64, ptr, i32)
     lib.rq_gemm_s8_tables.restype = None
+    lib.rq_pad_cl.argtypes = (ptr, ptr) + (i64,) * 6
+    lib.rq_pad_cl.restype = None
     lib.rq_allow_amx.argtypes = (i32,)
     lib.rq_allow_amx.restype = i32
     for fn in (lib.rq_dw_forward, lib.rq_dw_input_grad):  # ..., scale, whether the output is bfloat16
