@@ -10,6 +10,11 @@
 //             apply   gx = g' c1_c + (x - mean_c) c2_c + c3_c, and per channel max|gx|, sum and sum of
 //                     squares of gx (what the gradient quantizer of the layer before would read gx for)
 //
+// With a residual r (a ResNet block's end: its last BatchNorm, the sum with the shortcut, the ReLU), the
+// forward apply pass writes y = clamp(round(round(x a_c + b_c) + r), lo, hi) and finds max|y| itself (no
+// codes: y is not monotone in x); the backward sums pass masks g by the stored y and writes g' out as r's
+// gradient, and the apply pass reads that g'.
+//
 // Unfused, torch's BatchNorm, its activation (with the copy autograd keeps of an in-place ReLU6) and the
 // quantizer's max and codes read or write every element 9 times forward and 9 times backward; here 4 and 5
 // (docs/kernels.md). Tensors are float32 or bfloat16 (all of one call the same), channels innermost: rows x C
