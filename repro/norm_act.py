@@ -4,10 +4,10 @@ In a quantized model every BatchNorm2d followed by a ReLU or ReLU6 in the same S
 Conv2dNormActivation: MobileNetV2/V3, EfficientNet, RegNet) has its class swapped, as the layers are:
 the BatchNorm applies the activation itself, and the activation module passes on a tensor the BatchNorm
 already activated. torchvision's ResNet blocks (BasicBlock, Bottleneck: ResNet, ResNeXt, Wide ResNet) call
-one ReLU module after each inner BatchNorm and after the residual sum (and ResNet's stem one, folded as in a
-Sequential): the block's class is swapped for one
-whose forward lets the inner BatchNorms apply the ReLU, and its last BatchNorm (a ResidualBatchNorm2d) the sum
-with the shortcut and the ReLU after it; the module stays for where the backend does not fuse.
+one ReLU module after each inner BatchNorm and after the residual sum: the block's class is swapped for one
+whose forward lets the inner BatchNorms apply the ReLU, and its last BatchNorm (a ResidualBatchNorm2d) the
+sum with the shortcut and the ReLU after it; the ReLU module stays for where the backend does not fuse.
+ResNet's stem BatchNorm applies its ReLU, whose module is folded as in a Sequential.
 
 On a backend with fused kernels (kernels.cpu: `norm_act_supported`) a training step then reads and writes
 each activation 9 times instead of 18 (kernels/cpu/norm.py), and the int8 convolution next to it takes the
