@@ -101,6 +101,20 @@ def test_non_finite_gradient_raises_the_divergence_error():
         (out * float("inf")).sum().backward()
 
 
+def test_layer_lr_scaling_writes_the_lerp_of_the_step_bit_for_bit():
+    """after_step writes before + phi (p - before) into p as before.lerp_(p, phi) computes it."""
+    p = torch.nn.Parameter(torch.randn(64, 33))
+    before = p.detach().clone()
+    with torch.no_grad():
+        p.add_(torch.randn(64, 33) * 1e-2)
+    phi = torch.tensor(0.37)
+    want = before.clone().lerp_(p.detach(), phi)
+    scaling = LayerLrScaling(nn.Linear(1, 1), torch.optim.SGD([p], lr=0.1))
+    scaling._saved = [(p, before, phi)]
+    scaling.after_step()
+    assert torch.equal(p.detach(), want) and not torch.equal(want, before)
+
+
 def test_layer_lr_scaling_equals_per_layer_learning_rates():
     """phi(d_c) on the step == SGD (momentum, weight decay) with lr * phi in a group of that layer."""
     torch.manual_seed(0)

@@ -244,6 +244,9 @@ def test_residual_forward_and_backward(dtype, channels):
     assert cpu.norm_act_residual_supported(x, r) and not cpu.norm_act_residual_supported(
         x, r.float().bfloat16()[:, :, :, :1]
     )
+    other = torch.float32 if dtype == torch.bfloat16 else torch.bfloat16
+    assert not cpu.norm_act_residual_supported(x, r.to(other))  # another dtype
+    assert not cpu.norm_act_residual_supported(x, r.contiguous())  # NCHW: the strides differ
     y, var, saved = cpu.norm_act_forward(x, w, b, 1e-5, 0.0, math.inf, None, 0.0, r)
     _, var_plain, saved_plain = cpu.norm_act_forward(x, w, b, 1e-5, 0.0, math.inf)
     assert torch.equal(var, var_plain) and torch.equal(saved.a, saved_plain.a)  # the same statistics
@@ -279,8 +282,12 @@ def test_a_non_finite_residual_raises():
     x = _input(seed=8)
     r = torch.zeros_like(x)
     r[2, 5, 1, 3] = math.nan
+    running = (torch.zeros(x.shape[1]), torch.ones(x.shape[1]))
     with pytest.raises(NonFiniteError):
-        cpu.norm_act_forward(x, None, None, 1e-5, 0.0, math.inf, None, 0.0, r)
+        cpu.norm_act_forward(x, None, None, 1e-5, 0.0, math.inf, running, 0.1, r)
+    assert torch.equal(running[0], torch.zeros(x.shape[1])) and torch.equal(
+        running[1], torch.ones(x.shape[1])
+    )
 
 
 def test_a_changed_tensor_loses_its_facts():
@@ -408,7 +415,7 @@ def test_quantize_model_fuses_resnet_blocks_and_keeps_state_dict(name, fused, bl
     assert type(model.bn1) is FusedBatchNorm2d and type(model.relu) is FoldedReLU  # the stem's
     assert list(model.state_dict()) == keys
     quantize_model(model, "gq", fuse_norm=False)
-    assert type(model.layer1[0]) in (BasicBlock, Bottleneck)
+    assert type(model.layer1[0]) in (BasicBlock, Bottleneck) and type(model.relu) is nn.ReLU
     assert not any(isinstance(m, (FusedBatchNorm2d, ResidualBatchNorm2d)) for m in model.modules())
 
 

@@ -409,7 +409,6 @@ class TapMajor:
     def __init__(self, wq: torch.Tensor, taps):
         self.wq, self.taps = wq, [list(t) for t in taps]
         self.shape = torch.Size((wq.shape[1], wq.shape[0], *(len(t) for t in self.taps)))
-        self.dtype = wq.dtype
 
     def tensor(self) -> torch.Tensor:
         return tap_major_transposed(self.wq, self.taps)

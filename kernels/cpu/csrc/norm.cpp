@@ -534,10 +534,11 @@ static int norm_grad_apply(const T* g, const T* x, T* gx, int64_t rows, int64_t 
 // weight / bias may be null (no affine). The running statistics (unless null) move towards the batch's as
 // torch's BatchNorm moves them (Normalization.cpp, batch_norm_cpu_update_stats_template: in double, from
 // the float32 mean and the unbiased variance, with momentum `factor`), here rather than in five torch ops
-// (tens of microseconds a layer). Returns 1 on a NaN or an Inf in x or in the scale.
+// (tens of microseconds a layer). Returns 1 on a NaN or an Inf in x, in the residual's sum or in the scale
+// (the running statistics unchanged then).
 template <class T>
-static int norm_forward(const T* x, const T* res, T* y, int8_t* q, int64_t rows, int64_t C, const float* weight, const float* bias,
-                        double eps, float lo, float hi, float* mean, double* invstd, double* var, float* a, float* b,
+static int norm_forward(const T* x, const T* res, T* y, int8_t* q, int64_t rows, int64_t C, const float* weight,
+                        const float* bias, double eps, float lo, float hi, float* mean, double* invstd, double* var, float* a, float* b,
                         float* scale, float* running_mean, float* running_var, double factor) {
     std::vector<double> s1(C), s2(C);
     std::vector<float> mn(C), mx(C), shift(C);
