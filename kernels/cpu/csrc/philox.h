@@ -162,36 +162,79 @@ struct PhiloxKeys16 {
     }
 };
 
-static inline void mul_hilo16(__m512i a, __m512i m, __m512i& hi, __m512i& lo) {
-    const __m512i even = _mm512_mul_epu32(a, m);
-    const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
-    hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-    lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+static inline __m512i xor3_16(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0x96); }
+
+// The 16-lane calls run as four sets of 8 in "slot form": set h's word w in the low 32 bits of each 64-bit
+// lane of s[h][w], the high bits ignored, as _mm512_mul_epu32 reads only the low halves. A round then costs
+// per set two products, two shifts and two three-way xors, against 18 instructions per 16 lanes when each
+// product is split into 32-bit lanes again (even/odd shifts and blends): 0.46-0.49 -> 0.36-0.43 ns a word on
+// one thread (Intel AMX, docs/measurements.md).
+static inline void philox_slot_rounds(__m512i s[4][4], const PhiloxKeys16& key, int r0) {
+    const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);
+    for (int round = r0; round < 10; ++round) {
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; ++h) {
+            const __m512i p0 = _mm512_mul_epu32(s[h][0], m0), p1 = _mm512_mul_epu32(s[h][2], m1);
+            s[h][0] = xor3_16(_mm512_srli_epi64(p1, 32), s[h][1], key.k0[round]);
+            s[h][2] = xor3_16(_mm512_srli_epi64(p0, 32), s[h][3], key.k1[round]);
+            s[h][1] = p1;  // lo(p1) in the low half
+            s[h][3] = p0;
+        }
+    }
 }
 
-// two independent sets of 16 calls, their rounds interleaved (as philox8x2)
+// the words of sets 0, 1 back into a's 16 lanes (even lanes from set 0, odd from set 1), of sets 2, 3 into b's
+static inline void philox_slot_merge(__m512i s[4][4], __m512i* a[4], __m512i* b[4]) {
+    for (int w = 0; w < 4; ++w) {
+        *a[w] = _mm512_mask_blend_epi32(0xAAAA, s[0][w], _mm512_slli_epi64(s[1][w], 32));
+        *b[w] = _mm512_mask_blend_epi32(0xAAAA, s[2][w], _mm512_slli_epi64(s[3][w], 32));
+    }
+}
+
+// two sets of 16 calls: counters (a0..a3, b0..b3 per lane) in, the four words per lane out in place
 static inline void philox16x2(__m512i& a0, __m512i& a1, __m512i& a2, __m512i& a3, __m512i& b0, __m512i& b1,
                               __m512i& b2, __m512i& b3, const PhiloxKeys16& key) {
-    const __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0), m1 = _mm512_set1_epi32((int)PHILOX_M1);
-    for (int round = 0; round < 10; ++round) {
-        __m512i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
-        mul_hilo16(a0, m0, ahi0, alo0);
-        mul_hilo16(b0, m0, bhi0, blo0);
-        mul_hilo16(a2, m1, ahi1, alo1);
-        mul_hilo16(b2, m1, bhi1, blo1);
-        const __m512i an0 = _mm512_xor_si512(_mm512_xor_si512(ahi1, a1), key.k0[round]);
-        const __m512i bn0 = _mm512_xor_si512(_mm512_xor_si512(bhi1, b1), key.k0[round]);
-        const __m512i an2 = _mm512_xor_si512(_mm512_xor_si512(ahi0, a3), key.k1[round]);
-        const __m512i bn2 = _mm512_xor_si512(_mm512_xor_si512(bhi0, b3), key.k1[round]);
-        a0 = an0;
-        a1 = alo1;
-        a2 = an2;
-        a3 = alo0;
-        b0 = bn0;
-        b1 = blo1;
-        b2 = bn2;
-        b3 = blo0;
+    __m512i* a[4] = {&a0, &a1, &a2, &a3};
+    __m512i* b[4] = {&b0, &b1, &b2, &b3};
+    __m512i s[4][4];
+    for (int w = 0; w < 4; ++w) {
+        s[0][w] = *a[w];
+        s[1][w] = _mm512_srli_epi64(*a[w], 32);
+        s[2][w] = *b[w];
+        s[3][w] = _mm512_srli_epi64(*b[w], 32);
     }
+    philox_slot_rounds(s, key, 0);
+    philox_slot_merge(s, a, b);
+}
+
+// philox16x2 for counters (c0, 0, j4, 0), c0 per lane (a0, b0 in; the channels-last quantizer's calls of one
+// work item, rows below 2^32): rounds 0 and 1 share one of their two products, as philox8x2_shared
+static inline void philox16x2_shared(__m512i& a0, __m512i& a1, __m512i& a2, __m512i& a3, __m512i& b0, __m512i& b1,
+                                     __m512i& b2, __m512i& b3, uint32_t j4, uint32_t k0, uint32_t k1,
+                                     const PhiloxKeys16& key) {
+    const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);
+    // round 0: (c0, 0, j4, 0) -> (hi(M1 j4) ^ k0, lo(M1 j4), hi(M0 c0) ^ k1, lo(M0 c0)), the first two shared
+    const uint64_t p1 = (uint64_t)PHILOX_M1 * j4;
+    const uint32_t s0 = (uint32_t)(p1 >> 32) ^ k0, s1 = (uint32_t)p1;
+    // round 1: M0 s0 shared, M1 (the third word) per lane
+    const uint64_t q0 = (uint64_t)PHILOX_M0 * s0;
+    const __m512i x1 = _mm512_set1_epi32((int)(s1 ^ (k0 + PHILOX_W0)));
+    const __m512i x3 = _mm512_set1_epi32((int)((uint32_t)(q0 >> 32) ^ (k1 + PHILOX_W1)));
+    const __m512i c0[4] = {a0, _mm512_srli_epi64(a0, 32), b0, _mm512_srli_epi64(b0, 32)};
+    __m512i s[4][4];
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; ++h) {
+        const __m512i p0 = _mm512_mul_epu32(c0[h], m0);  // round 0
+        const __m512i r1 = _mm512_mul_epu32(_mm512_xor_si512(_mm512_srli_epi64(p0, 32), key.k1[0]), m1);  // round 1
+        s[h][0] = _mm512_xor_si512(_mm512_srli_epi64(r1, 32), x1);
+        s[h][1] = r1;
+        s[h][2] = _mm512_xor_si512(p0, x3);  // lo(M0 c0) ^ hi(M0 s0) ^ k1 in the low half
+        s[h][3] = _mm512_set1_epi32((int)(uint32_t)q0);
+    }
+    philox_slot_rounds(s, key, 2);
+    __m512i* a[4] = {&a0, &a1, &a2, &a3};
+    __m512i* b[4] = {&b0, &b1, &b2, &b3};
+    philox_slot_merge(s, a, b);
 }
 
 static inline __m512 uniform16(__m512i word) {

@@ -484,8 +484,8 @@ static inline void row_counters16(int64_t m0, int64_t Rm, int64_t rbase, __m512i
 template <int DT>
 static int64_t stochastic_inner_blocks16(const void* x, int8_t* q, const Plan& p, int m, int64_t M, int64_t Rm,
                                          int64_t rbase, int64_t base, int64_t j4, int64_t L, int64_t sj,
-                                         const int64_t* idx, const PhiloxKeys16& keys, uint32_t* cnt,
-                                         __mmask16& bad) {
+                                         const int64_t* idx, const PhiloxKeys16& keys, bool rows_below_2_32,
+                                         uint32_t* cnt, __mmask16& bad) {
     const int last = p.ndim - 1;
     const int64_t blocks_end = M / 32 * 32;
     alignas(64) uint32_t words[4][NOISE_CHUNK];
@@ -504,7 +504,10 @@ static int64_t stochastic_inner_blocks16(const void* x, int8_t* q, const Plan& p
             row_counters16(m0, Rm, rbase, a0, a1);
             row_counters16(m0 + 16, Rm, rbase, b0, b1);
             __m512i a2 = _mm512_set1_epi32((int)j4), a3 = _mm512_setzero_si512(), b2 = a2, b3 = a3;
-            philox16x2(a0, a1, a2, a3, b0, b1, b2, b3, keys);
+            if (rows_below_2_32)  // the counters' high row words are 0: only their first words differ
+                philox16x2_shared(a0, a1, a2, a3, b0, b1, b2, b3, (uint32_t)j4, p.k0, p.k1, keys);
+            else
+                philox16x2(a0, a1, a2, a3, b0, b1, b2, b3, keys);
             const __m512i got[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
             for (int w = 0; w < 4; ++w)
                 for (int h = 0; h < 2; ++h) _mm512_store_si512(&words[w][m0 - c0 + 16 * h], got[h][w]);
@@ -580,7 +583,8 @@ static int quantize_stochastic_inner(const void* x, int8_t* q, const Plan& p, in
         int64_t first = 0;
 #ifdef __AVX512F__
         __mmask16 bad16 = 0;
-        first = stochastic_inner_blocks16<DT>(x, q, p, m, M, Rm, rbase, base, j4, L, sj, idx, keys16, cnt, bad16);
+        first = stochastic_inner_blocks16<DT>(x, q, p, m, M, Rm, rbase, base, j4, L, sj, idx, keys16, rows_below_2_32,
+                                                  cnt, bad16);
         bad |= bad16 != 0;
 #endif
         alignas(32) uint32_t words[4][NOISE_CHUNK + 16];  // a last partial block's lanes past M land in the slack
