@@ -2,8 +2,7 @@
 
 A variant is one way of training the same network: FP32, FP16 (autocast + GradScaler; bf16 autocast on
 the CPU, which has no fast fp16), or INT8 with a method of the registry. Every variant gets its own copy
-of one model (same initial weights), one fixed batch on the device, SGD with momentum and weight decay
-(torch's fused kernel where it has one).
+of one model (same initial weights), one fixed batch on the device, SGD with momentum and weight decay.
 Machines are noisy, so the variants are interleaved round by round, the warm-up rounds are dropped and
 the device is synchronised before every clock read; the caller takes medians.
 
@@ -98,18 +97,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-# torch's fused SGD kernel (one pass over weight, gradient and momentum per tensor) gives the foreach
-# implementation's values bit for bit (tests/test_steptime_optimizer.py) at 0.4x its time on the CPU:
-# ResNet-50's update 34-36 -> 12-14 ms on an Intel AMX CPU, 2 threads, a cost every variant pays alike
-# (docs/measurements.md)
-FUSED_SGD_DEVICES = ("cpu", "cuda")
-
-
-def fused_sgd(device: torch.device) -> dict[str, bool]:
-    """torch.optim.SGD's keyword for its fused kernel on `device`, where torch has one."""
-    return {"fused": True} if device.type in FUSED_SGD_DEVICES else {}
-
-
 class Runner:
     """One variant's model, optimizer and step."""
 
@@ -122,9 +109,7 @@ class Runner:
         model = copy.deepcopy(base)
         fmt = torch.channels_last if variant.channels_last else torch.contiguous_format
         model = model.to(device=device, memory_format=fmt)
-        optimizer = torch.optim.SGD(
-            model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4, **fused_sgd(device)
-        )
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
         if variant.method is not None:
             method = build_method(variant.method, **dict(variant.options))
             # channels_last_out: as the classification task trains (torch's own ops follow every layer)
