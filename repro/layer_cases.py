@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from repro.layers import conv_epilogue
+from repro.layers import conv_epilogue, weight_grad_epilogue
 from repro.quant import QMAX, absmax, quantize
 
 # (kind, count in the network, cin, input size, cout, kernel, stride, padding); read off torchvision's
@@ -122,10 +122,10 @@ class Case:
                 return conv_epilogue(b, "conv_input_grad", args, sg * self.sw / QMAX**2, torch.float32, None)
             return b.dequantize(b.linear_input_grad(gq, self.wq), sg * self.sw / QMAX**2, inplace=True)
         gq, sc = b.absmax_quantize(self.g, axis=1, rounding="stochastic", generator=self.gen)
-        if self.conv:
-            acc = b.conv_weight_grad(self.xq, gq, self.w.shape, *self.geometry)
-        else:
-            acc = b.linear_weight_grad(self.xq, gq)
+        if self.conv:  # the epilogue inside the product where the backend has that (repro.layers)
+            args = (self.xq, gq, self.w.shape, *self.geometry)
+            return weight_grad_epilogue(b, args, sc * (self.sx / QMAX**2), torch.float32, 0)
+        acc = b.linear_weight_grad(self.xq, gq)
         return b.dequantize(acc, sc * (self.sx / QMAX**2), axis=0, inplace=True)
 
     def int8_op(self, op: str, backend=None):

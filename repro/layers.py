@@ -78,6 +78,16 @@ def conv_epilogue(backend, product, args, scale, dtype, fmt) -> torch.Tensor:
     return _epilogue(backend, getattr(backend, product)(*args), scale, dtype, fmt)
 
 
+def weight_grad_epilogue(backend, args, scale, dtype, axis) -> torch.Tensor:
+    """backend.conv_weight_grad(*args) dequantized as _epilogue does (`axis` 0: one scale per output
+    channel). Where the backend's products write the scaled float32 result themselves (kernels.cpu: bit for
+    bit the same values, without the epilogue's pass over the gradient), they do."""
+    fused = getattr(backend, "epilogue_in_products", None)
+    if fused is not None and fused() and dtype == torch.float32:
+        return backend.conv_weight_grad(*args, out_scale=scale)
+    return _epilogue(backend, backend.conv_weight_grad(*args), scale, dtype, None, axis=axis)
+
+
 def _op_geometry(geometry) -> tuple[list[int], list[int], list[int], int]:
     """(stride, padding, dilation, groups) as the custom ops' schema takes them (lists, not tuples)."""
     stride, padding, dilation, groups = geometry
@@ -124,9 +134,9 @@ class _Int8ConvFunction(torch.autograd.Function):
             gx = conv_epilogue(backend, "conv_input_grad", args, codes.gx_scale * sw / QMAX**2, gy.dtype,
                                 ctx.x_format)  # fmt: skip
         if ctx.needs_input_grad[1]:
-            acc = backend.conv_weight_grad(xq, codes.gw, list(wq.shape), *_op_geometry(ctx.geometry))
-            gw = _epilogue(backend, acc, _weight_grad_scale(codes, sx), ctx.w_dtype, None,
-                           axis=0 if codes.gw_per_channel else None)  # fmt: skip
+            args = (xq, codes.gw, list(wq.shape), *_op_geometry(ctx.geometry))
+            gw = weight_grad_epilogue(backend, args, _weight_grad_scale(codes, sx), ctx.w_dtype,
+                                      0 if codes.gw_per_channel else None)  # fmt: skip
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = gy.sum(dim=[d for d in range(gy.dim()) if d != 1])
         return gx, gw, gb, None, None, None

@@ -743,3 +743,47 @@ def test_products_take_the_native_gemm_where_it_runs_on_amx_tiles(monkeypatch, a
     monkeypatch.setenv("REPRO_CPU_GEMM", "torch")
     cpu.routes.native_gemm.cache_clear()
     assert cpu.routes.native_gemm() is False
+
+
+@pytest.mark.parametrize(
+    "n,cin,cout,k,stride,pad,groups,hw",
+    [
+        (2, 48, 40, 1, 1, 0, 1, 3),  # 1x1, the weight wider than the rows: C (Cout, Cin), a scale per row
+        (4, 8, 12, 1, 1, 0, 1, 6),  # 1x1, C (Cin, Cout): a scale per column
+        (2, 16, 32, 3, 1, 1, 1, 4),  # the implicit im2col's GEMM, wide
+        (16, 16, 2, 3, 2, 1, 1, 8),  # the implicit im2col's GEMM, C (taps x Cin, Cout)
+        (64, 16, 16, 1, 1, 0, 1, 32),  # a long reduction: the threads' partial sums added, then scaled
+        (2, 8, 8, 3, 1, 1, 2, 5),  # grouped: the general route's int32 result, then the epilogue
+        (2, 8, 8, 3, 1, 1, 8, 5),  # depthwise
+    ],
+    ids=str,
+)
+def test_weight_gradient_with_its_scale_is_the_epilogues_bit_for_bit(
+    monkeypatch, gemm_kernel, n, cin, cout, k, stride, pad, groups, hw
+):
+    """conv_weight_grad(..., out_scale) writes (float)dw * scale in the GEMM's stores, one scale or one per
+    output channel (DAIQ's GVQ), on every route and both GEMM kernels: bit for bit the int32 product then
+    the epilogue (kernels.cpu.dequantize), in the same layout."""
+    monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+    cpu.clear_route_caches()
+    gen = torch.Generator().manual_seed(cin * cout + k)
+    out = (hw + 2 * pad - k) // stride + 1
+    x = _cl(torch.randint(-127, 128, (n, cin, hw, hw), generator=gen, dtype=torch.int8))
+    g = _cl(torch.randint(-127, 128, (n, cout, out, out), generator=gen, dtype=torch.int8))
+    shape = (cout, cin // groups, k, k)
+    geometry = (stride, pad, 1, groups)
+    acc = reference.conv_weight_grad(x.contiguous(), g.contiguous(), shape, *geometry)
+    plain = cpu.conv_weight_grad(x, g, shape, *geometry)
+    assert torch.equal(plain, acc)
+    per_channel = (torch.rand(cout, generator=gen) + 0.5) * 1e-5
+    passes = []  # the epilogue's own pass: only where the GEMM does not scale (grouped routes)
+    real = cpu.products.dequantize
+    monkeypatch.setattr(cpu.products, "dequantize", lambda *a, **kw: passes.append(1) or real(*a, **kw))
+    for scale, axis in ((torch.tensor(3.0e-5), None), (per_channel, 0)):
+        got = cpu.conv_weight_grad(x, g, shape, *geometry, out_scale=scale)
+        want = cpu.dequantize(acc.clone(), scale, axis=axis)
+        assert got.dtype == torch.float32 and got.stride() == plain.stride()
+        assert torch.equal(got, want)
+    assert len(passes) == (0 if groups == 1 else 2)
+    with pytest.raises(ValueError, match="out_scale"):
+        cpu.conv_weight_grad(x, g, shape, *geometry, out_scale=torch.ones(cout + 1))

@@ -1,12 +1,13 @@
 """The CPU backend's own C++ products (kernels/cpu/csrc/gemm.cpp, depthwise.cpp) called through ctypes: an
 exact int8 GEMM for CPUs whose torch._int_mm is not exact, and the depthwise convolutions.
 
-``scale`` (a float32 one-element tensor, or None): the GEMM and the depthwise forward and input gradient
-write float32 ``acc * scale`` instead of int32 ``acc``, with the dequantizing epilogue's arithmetic (the
-exact sum converted to fp32, one fp32 multiply), so bit for bit ``kernels.cpu.dequantize(acc, scale,
-inplace=True)`` without that pass over the output; like that epilogue's result, a float32 view of an int32
-buffer (autograd adds a gradient into a view out of place, into a plain tensor in place, and which one it does
-decides the layout BatchNorm's backward then sees: tests/test_zoo.py)."""
+``scale`` (a float32 one-element tensor, or None): the GEMM and the depthwise forward and input gradient write
+float32 ``acc * scale`` instead of int32 ``acc``, with the dequantizing epilogue's arithmetic (the exact sum
+converted to fp32, one fp32 multiply), so bit for bit ``kernels.cpu.dequantize(acc, scale, inplace=True)``
+without that pass over the output (gemm_rows and gemm_tables also take one scale per row or column of C:
+``scale_axis`` 0 or 1, as a weight gradient's per-output-channel scales); like that epilogue's result, a
+float32 view of an int32 buffer (autograd adds a gradient into a view out of place, into a plain tensor in
+place, and which one it does decides the layout BatchNorm's backward then sees: tests/test_zoo.py)."""
 
 from __future__ import annotations
 
@@ -59,28 +60,38 @@ def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scal
     if out.stride(1) != 1 and n > 1:
         raise ValueError("gemm: out needs unit column stride")
     lib.rq_gemm_s8(m, n, k, pointer(a), a.stride(0), a.stride(1), pointer(b), b.stride(0), b.stride(1),
-                   pointer(out), out.stride(0), pointer(scale), _bf16_flag(out))  # fmt: skip
+                   pointer(out), out.stride(0), pointer(scale), -1, _bf16_flag(out))  # fmt: skip
     return out
 
 
-def gemm_rows(m, n, k, a, sam, sak, b, sbk, sbn, out, ldc, scale=None) -> None:
+def _scale_values(scale, axis: int, m: int, n: int) -> torch.Tensor | None:
+    """`scale` as the float32 vector rq_gemm_s8 reads: one value (axis -1), or m (axis 0) or n (axis 1)."""
+    if scale is None:
+        return None
+    want = 1 if axis < 0 else (m if axis == 0 else n)
+    if not (scale.dtype == torch.float32 and scale.device.type == "cpu" and scale.is_contiguous()):
+        scale = scale.detach().to("cpu", torch.float32).contiguous()
+    if scale.numel() != want:
+        raise ValueError(f"gemm: {want} scale value(s) for scale_axis {axis}, got {scale.numel()}")
+    return scale
+
+
+def gemm_rows(m, n, k, a, sam, sak, b, sbk, sbn, out, ldc, scale=None, scale_axis=-1) -> None:
     """rq_gemm_s8 on tensors whose strides the caller has checked (out: int32, or float32 or bfloat16 with
-    `scale`): the 1x1 convolutions' products (kernels.cpu.products), one call without gemm's checks and
-    copies."""
-    if scale is not None and not (scale.dtype == torch.float32 and scale.device.type == "cpu" and
-                                  scale.numel() == 1):  # fmt: skip
-        scale = _scale_arg(scale)
+    `scale`, one value or one per row (scale_axis 0) or column (1) of C): the 1x1 convolutions' products
+    (kernels.cpu.products), one call without gemm's checks and copies."""
+    scale = _scale_values(scale, scale_axis, m, n)
+    scale_ptr = None if scale is None else scale.data_ptr()
     library().rq_gemm_s8(m, n, k, a.data_ptr(), sam, sak, b.data_ptr(), sbk, sbn, out.data_ptr(), ldc,
-                         None if scale is None else scale.data_ptr(), _bf16_flag(out))  # fmt: skip
+                         scale_ptr, scale_axis, _bf16_flag(out))  # fmt: skip
 
 
-def gemm_tables(m, n, k, a, a_m, a_k, b, b_k, b_n, out, ldc, scale=None) -> None:
+def gemm_tables(m, n, k, a, a_m, a_k, b, b_k, b_n, out, ldc, scale=None, scale_axis=-1) -> None:
     """rq_gemm_s8 with axes read through tables: C (m, n) = A . B, element (i, j) of an operand at
     data_ptr + off_row(i) + off_col(j), each axis given as ``(stride, None, 1)`` (off(v) = v * stride) or
     ``(0, table, run)`` (off(v) = table[v // run] + v % run, table an int64 tensor): the implicit im2col
     (``im2col.implicit_columns``). ``out`` int32, or float32 or bfloat16 with ``scale`` (as gemm_rows)."""
-    if scale is not None:
-        scale = _scale_arg(scale)
+    scale = _scale_values(scale, scale_axis, m, n)
 
     def axis(spec):
         stride, table, run = spec
@@ -88,7 +99,8 @@ def gemm_tables(m, n, k, a, a_m, a_k, b, b_k, b_n, out, ldc, scale=None) -> None
 
     scale_ptr = None if scale is None else scale.data_ptr()
     library().rq_gemm_s8_tables(m, n, k, a.data_ptr(), *axis(a_m), *axis(a_k), b.data_ptr(), *axis(b_k),
-                                *axis(b_n), out.data_ptr(), ldc, scale_ptr, _bf16_flag(out))  # fmt: skip
+                                *axis(b_n), out.data_ptr(), ldc, scale_ptr, scale_axis,
+                                _bf16_flag(out))  # fmt: skip
 
 
 def _channels_last_2d(t: torch.Tensor) -> torch.Tensor:

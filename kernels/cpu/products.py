@@ -290,7 +290,22 @@ def _pointwise_gemm(aq, wq, scale, *, transposed: bool, out_dtype=torch.float32)
     return out
 
 
-def _pointwise_weight_grad(xq, gq, weight_shape) -> torch.Tensor | None:
+def _weight_grad_out(rows: int, cols: int, scale) -> torch.Tensor:
+    """A weight gradient's product: int32, or with `scale` its float32 values (a float32 view of an int32
+    buffer, as the epilogue in place leaves them)."""
+    dw = torch.empty((rows, cols), dtype=torch.int32)
+    return dw if scale is None else native.as_float_view(dw)
+
+
+def _scale_axes(scale, wide: bool) -> int:
+    """rq_gemm_s8's scale_axis for a weight gradient's scale: one value (-1), or one per output channel, the
+    rows of a wide product (Cout, ...), the columns of the other ((...), Cout)."""
+    if scale is None or scale.numel() == 1:
+        return -1
+    return 0 if wide else 1
+
+
+def _pointwise_weight_grad(xq, gq, weight_shape, scale=None) -> torch.Tensor | None:
     lx, lg = cl_row_stride(xq), cl_row_stride(gq)
     if lx is None or lg is None:
         return None
@@ -298,12 +313,14 @@ def _pointwise_weight_grad(xq, gq, weight_shape) -> torch.Tensor | None:
     rows = gq.shape[0] * math.prod(gq.shape[2:])
     # the general path's layouts (conv_weight_grad): a wide weight as the channels-last view of (Cout, Cin),
     # else the (Cin, Cout) product made contiguous (Cout, Cin, *k)
-    if cout * cin > rows:
-        dw = torch.empty((cout, cin), dtype=torch.int32)
-        native.gemm_rows(cout, cin, rows, gq, 1, lg, xq, lx, 1, dw, cin)  # g^T x
+    wide = cout * cin > rows
+    axis = _scale_axes(scale, wide)
+    if wide:
+        dw = _weight_grad_out(cout, cin, scale)
+        native.gemm_rows(cout, cin, rows, gq, 1, lg, xq, lx, 1, dw, cin, scale, axis)  # g^T x
         return dw.view(cout, *k, cin).movedim(-1, 1)
-    dw = torch.empty((cin, cout), dtype=torch.int32)
-    native.gemm_rows(cin, cout, rows, xq, 1, lx, gq, lg, 1, dw, cout)  # x^T g
+    dw = _weight_grad_out(cin, cout, scale)
+    native.gemm_rows(cin, cout, rows, xq, 1, lx, gq, lg, 1, dw, cout, scale, axis)  # x^T g
     return dw.view(1, 1, cin, cout).permute(1, 3, 2, 0).reshape(cout, cin, *k).contiguous()  # as there
 
 
@@ -332,12 +349,12 @@ def conv_forward(
 
 
 def epilogue_in_products() -> bool:
-    """Whether repro.layers passes conv_forward and conv_input_grad the ``out_scale``, so that the products
-    apply the dequantizing epilogue themselves. On every CPU route: the native GEMM and depthwise kernels
-    write the scaled float32 result (the epilogue took 4-6% of a ResNet-50 or MobileNetV2 step on a Zen 3),
-    oneDNN scales its own output where one fp32 output is proven exact (its int32 conversion and the
-    epilogue's pass saved, on VNNI and AMX CPUs), and the other routes run the same epilogue in place on
-    their int32 result (docs/measurements.md)."""
+    """Whether repro.layers passes conv_forward, conv_input_grad and (float32) conv_weight_grad the
+    ``out_scale``, so that the products apply the dequantizing epilogue themselves. On every CPU route: the
+    native GEMM and depthwise kernels write the scaled float32 result (the epilogue took 4-6% of a ResNet-50
+    or MobileNetV2 step on a Zen 3), oneDNN scales its own output where one fp32 output is proven exact (its
+    int32 conversion and the epilogue's pass saved, on VNNI and AMX CPUs), and the other routes run the same
+    epilogue in place on their int32 result (docs/measurements.md)."""
     return True
 
 
@@ -497,7 +514,7 @@ def conv_input_grad(
     return dx
 
 
-def _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out) -> torch.Tensor | None:
+def _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out, scale=None) -> torch.Tensor | None:
     """An ungrouped weight gradient as one native GEMM whose packing reads the padded x itself (im2col.
     implicit_columns), no column copies and no batch chunks; None where that route does not apply. The
     orientation and the returned layouts are conv_weight_grad's (below)."""
@@ -510,23 +527,44 @@ def _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out) -> torch.Tensor | 
     gt = as_cl(gq).movedim(1, -1).reshape(-1, cout)  # (rows, Cout), a view
     x_rows, x_cols = (0, table_rows, 1), (0, taps, cin)
     g_rows, g_cols = (gt.stride(0), None, 1), (gt.stride(1), None, 1)
-    if cout * cin * ntap > rows:
-        dw = torch.empty((cout, ntap * cin), dtype=torch.int32)
-        native.gemm_tables(cout, ntap * cin, rows, gt, g_cols, g_rows, xp, x_rows, x_cols, dw, ntap * cin)
+    wide = cout * cin * ntap > rows
+    axis = _scale_axes(scale, wide)
+    if wide:
+        dw = _weight_grad_out(cout, ntap * cin, scale)
+        native.gemm_tables(cout, ntap * cin, rows, gt, g_cols, g_rows, xp, x_rows, x_cols, dw, ntap * cin,
+                           scale, axis)  # fmt: skip
         return dw.view(cout, *k, cin).movedim(-1, 1)
-    dw = torch.empty((ntap * cin, cout), dtype=torch.int32)
-    native.gemm_tables(ntap * cin, cout, rows, xp, x_cols, x_rows, gt, g_rows, g_cols, dw, cout)
+    dw = _weight_grad_out(ntap * cin, cout, scale)
+    native.gemm_tables(ntap * cin, cout, rows, xp, x_cols, x_rows, gt, g_rows, g_cols, dw, cout, scale, axis)
     return dw.view(ntap, cin, cout).permute(2, 1, 0).reshape(cout, cin, *k).contiguous()
 
 
-def conv_weight_grad(xq, gq, weight_shape, stride=1, padding=0, dilation=1, groups=1) -> torch.Tensor:
-    """dL/dw for dL/dy = g (torch.nn.grad.conv{N}d_weight), int32 of shape weight_shape."""
+def conv_weight_grad(
+    xq, gq, weight_shape, stride=1, padding=0, dilation=1, groups=1, out_scale=None
+) -> torch.Tensor:
+    """dL/dw for dL/dy = g (torch.nn.grad.conv{N}d_weight), int32 of shape weight_shape. ``out_scale`` (one
+    value, or one per output channel): float32 dw * out_scale instead, bit for bit ``dequantize(dw,
+    out_scale, axis=0 where one per channel)``; on the native GEMM's routes without a pass of its own."""
     _check(xq, gq)
     weight_shape = tuple(int(a) for a in weight_shape)
     nd, s, p, d, k, out = _geometry(xq.shape, weight_shape, stride, padding, dilation, groups)
     n, cin = xq.shape[:2]
     cout = weight_shape[0]
     check_grad_output(gq.shape, (n, cout, *out))
+    scale = None if out_scale is None else _scale_vector(out_scale).reshape(-1)
+    if scale is not None and scale.numel() not in (1, cout):
+        raise ValueError(f"conv_weight_grad: out_scale needs 1 or {cout} values, got {scale.numel()}")
+    if scale is not None and (_pointwise(k, s, p, groups) or groups == 1):
+        fused = (
+            _pointwise_weight_grad(xq, gq, weight_shape, scale)
+            if _pointwise(k, s, p, groups)
+            else _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out, scale)
+        )
+        if fused is not None:
+            return fused
+    if scale is not None:  # the other routes: their int32 result, then the epilogue in place
+        acc = conv_weight_grad(xq, gq, weight_shape, stride, padding, dilation, groups)
+        return dequantize(acc, scale, axis=0 if scale.numel() > 1 else None, inplace=True)
     a, b = cin // groups, cout // groups
     ntap = math.prod(k)
     if routes.native_depthwise(nd, groups, cin, cout):

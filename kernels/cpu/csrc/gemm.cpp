@@ -13,8 +13,8 @@
 // or, for a long reduction with a small output (weight gradients), a range of K whose partial sums are
 // added at the end. Without AVX2 a plain loop computes the same.
 //
-// With a scale (rq_gemm_s8's last argument, nullable) C is float32: every result is written once as
-// (float)acc * scale, the dequantizing epilogue's arithmetic (quantize.cpp's dequantize: the exact int32
+// With a scale (rq_gemm_s8's `scale`, nullable; one value, or one per row or column of C: rq::OutScale) C is
+// float32: every result is written once as (float)acc * scale, the dequantizing epilogue's arithmetic (quantize.cpp's dequantize: the exact int32
 // sum converted to fp32, one fp32 multiply), so the float result is bit-identical to the int32 GEMM
 // followed by the epilogue, without the epilogue's pass over the output. The int32 partial sums of
 // earlier K blocks go through the same memory.
@@ -200,7 +200,7 @@ static void pack_block(const Operand& x, int64_t i0, int64_t n, int64_t k0, int6
 template <int NV>
 __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a, const int32_t* b, int32_t* c,
                                                    int64_t ldc, int rows, int cols, bool accumulate,
-                                                   const float* scale, bool stream) {
+                                                   OutScale scale, bool stream) {
 #ifdef __AVX2__
     // 6 x 2 accumulators, named (gcc keeps an array of them in memory): 6 broadcasts and 2 loads feed 12
     // multiply-adds, where the former 8 x 8 tile needed 8 broadcasts for 8 (alone, in L1: 61-77 against 50-68
@@ -234,9 +234,10 @@ __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a,
                 __m256i* d = reinterpret_cast<__m256i*>(c + r * ldc + 8 * v);
                 const __m256i s = accumulate ? _mm256_add_epi32(_mm256_loadu_si256(d), acc[r][v]) : acc[r][v];
                 if (scale) {
-                    const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(*scale));
-                    if (stream) _mm256_stream_ps(reinterpret_cast<float*>(d), v);
-                    else _mm256_storeu_ps(reinterpret_cast<float*>(d), v);
+                    const __m256 f = scale.axis == 1 ? _mm256_loadu_ps(scale.v + 8 * v) : _mm256_set1_ps(scale.at(r, 0));
+                    const __m256 out = _mm256_mul_ps(_mm256_cvtepi32_ps(s), f);
+                    if (stream) _mm256_stream_ps(reinterpret_cast<float*>(d), out);
+                    else _mm256_storeu_ps(reinterpret_cast<float*>(d), out);
                 } else
                     _mm256_storeu_si256(d, s);
             }
@@ -260,7 +261,7 @@ __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a,
         for (int n = 0; n < cols; ++n) {
             const int32_t v = accumulate ? (int32_t)((uint32_t)c[r * ldc + n] + (uint32_t)tile[r][n]) : tile[r][n];
             if (scale)
-                reinterpret_cast<float*>(c)[r * ldc + n] = (float)v * *scale;
+                reinterpret_cast<float*>(c)[r * ldc + n] = (float)v * scale.at(r, n);
             else
                 c[r * ldc + n] = v;
         }
@@ -270,7 +271,7 @@ __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a,
 // (scale: the epilogue applied with the last K block, k1)
 static void gemm_part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, int64_t k1, const Operand& a,
                       const Operand& b, int32_t* c, int64_t ldc, bool accumulate, std::vector<int32_t>& apack,
-                      std::vector<int32_t>& bpack, const float* scale, bool stream = false) {
+                      std::vector<int32_t>& bpack, OutScale scale, bool stream = false) {
     // equal K blocks (576 = 288 + 288, not 512 + 64: a short block costs a C tile's reload for little work)
     // (multiples of 16 where a table's runs are: the packing's 16-k loads then never straddle two runs)
     const int64_t align = a.k.t || b.k.t ? 16 : 2, nblocks = (k1 - k0 + KC - 1) / KC;
@@ -281,7 +282,7 @@ static void gemm_part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0
             const int64_t kc = std::min(kblock, k1 - pc), kp = (kc + 1) / 2;
             pack_block<NR>(b, jc, nc, pc, kc, bpack.data());
             const bool acc = accumulate || pc > k0;
-            const float* last = pc + kc == k1 ? scale : nullptr;
+            const OutScale last = pc + kc == k1 ? scale : OutScale{};
             for (int64_t ic = m0; ic < m1; ic += MC) {
                 const int64_t mc = std::min(MC, m1 - ic);
                 pack_block<MR>(a, ic, mc, pc, kc, apack.data());
@@ -291,7 +292,7 @@ static void gemm_part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0
                     for (int64_t ir = 0; ir < mc; ir += MR)
                         kernel(kp, apack.data() + (ir / MR) * kp * MR, bpack.data() + (jr / NR) * kp * NR,
                                c + (ic + ir) * ldc + jc + jr, ldc, (int)std::min<int64_t>(MR, mc - ir), cols, acc,
-                               last, stream);
+                               last.from(ic + ir, jc + jr), stream);
                 }
             }
         }
@@ -299,7 +300,7 @@ static void gemm_part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0
 }
 
 static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t* c, int64_t ldc,
-                 const float* scale) {
+                 OutScale scale) {
     if (M == 0 || N == 0) return;
     if (K == 0) {  // 0 and 0.0f have the same bits
         for (int64_t m = 0; m < M; ++m) std::memset(c + m * ldc, 0, N * sizeof(int32_t));
@@ -321,7 +322,7 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
         const int64_t step = ((span + nt - 1) / nt + unit - 1) / unit * unit;
         // a scaled C (the final values) larger than the caches: its full tiles by non-temporal stores (no read
         // of the lines they overwrite), 32-byte aligned where C and its row length are
-        const bool stream = scale && (double)M * N * 4 >= (double)STREAM_BYTES && ldc % 8 == 0 &&
+        const bool stream = (bool)scale && (double)M * N * 4 >= (double)STREAM_BYTES && ldc % 8 == 0 &&
                             reinterpret_cast<uintptr_t>(c) % 32 == 0;
 #pragma omp parallel num_threads(nt)
         {
@@ -349,7 +350,7 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
         int32_t* dst = t == 0 ? c : partial[t - 1].data();
         const int64_t ld = t == 0 ? ldc : N;
         if (k0 < k1) {
-            gemm_part(0, M, 0, N, k0, k1, a, b, dst, ld, false, ap, bp, nullptr);
+            gemm_part(0, M, 0, N, k0, k1, a, b, dst, ld, false, ap, bp, OutScale{});
         } else {
             for (int64_t m = 0; m < M; ++m) std::memset(dst + m * ld, 0, N * sizeof(int32_t));
         }
@@ -361,13 +362,13 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
     if (scale)
         for (int64_t m = 0; m < M; ++m)
             for (int64_t n = 0; n < N; ++n)
-                reinterpret_cast<float*>(c)[m * ldc + n] = (float)c[m * ldc + n] * *scale;
+                reinterpret_cast<float*>(c)[m * ldc + n] = (float)c[m * ldc + n] * scale.at(m, n);
 }
 
 // gemm with the output as int32, float32 (scale) or, `bf16`, float32 rounded to bfloat16 (scale too): AMX tiles
 // where usable and allowed, else the float32 GEMM above into a buffer (not initialised: the GEMM writes all
 // of it), rounded by rows on every thread
-static void gemm_out(int64_t M, int64_t N, int64_t K, Operand a, Operand b, void* c, int64_t ldc, const float* scale,
+static void gemm_out(int64_t M, int64_t N, int64_t K, Operand a, Operand b, void* c, int64_t ldc, OutScale scale,
                      bool bf16) {
     if (M == 0 || N == 0) return;
     if (K > 0 && amx_allowed.load(std::memory_order_relaxed) && gemm_amx(M, N, K, a, b, c, ldc, scale, bf16)) return;
@@ -391,10 +392,12 @@ static void gemm_out(int64_t M, int64_t N, int64_t K, Operand a, Operand b, void
 extern "C" {
 
 // C[m * ldc + n] = sum_k A[m * sam + k * sak] * B[k * sbk + n * sbn]; with a scale (nullable) C is float32
-// and holds (float)sum * *scale, with `bf16` too that value rounded to bfloat16
+// and holds (float)sum * scale, with `bf16` too that value rounded to bfloat16; scale_axis -1: scale[0], 0:
+// scale[m] (one per row), 1: scale[n] (one per column)
 void rq_gemm_s8(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, int64_t sak, const int8_t* B,
-                int64_t sbk, int64_t sbn, void* C, int64_t ldc, const float* scale, int bf16) {
-    rq::gemm_out(M, N, K, rq::Operand{A, {sam}, {sak}}, rq::Operand{B, {sbn}, {sbk}}, C, ldc, scale, bf16 != 0);
+                int64_t sbk, int64_t sbn, void* C, int64_t ldc, const float* scale, int scale_axis, int bf16) {
+    rq::gemm_out(M, N, K, rq::Operand{A, {sam}, {sak}}, rq::Operand{B, {sbn}, {sbk}}, C, ldc,
+                 rq::OutScale{scale, scale_axis}, bf16 != 0);
 }
 
 // rq_gemm_s8 with an axis read through a table (rq::Axis): each operand's m / n axis and k axis take a
@@ -402,9 +405,10 @@ void rq_gemm_s8(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, i
 void rq_gemm_s8_tables(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, const int64_t* tam,
                        int64_t ram, int64_t sak, const int64_t* tak, int64_t rak, const int8_t* B, int64_t sbk,
                        const int64_t* tbk, int64_t rbk, int64_t sbn, const int64_t* tbn, int64_t rbn, void* C,
-                       int64_t ldc, const float* scale, int bf16) {
+                       int64_t ldc, const float* scale, int scale_axis, int bf16) {
     rq::gemm_out(M, N, K, rq::Operand{A, {sam, tam, ram}, {sak, tak, rak}},
-                 rq::Operand{B, {sbn, tbn, rbn}, {sbk, tbk, rbk}}, C, ldc, scale, bf16 != 0);
+                 rq::Operand{B, {sbn, tbn, rbn}, {sbk, tbk, rbk}}, C, ldc, rq::OutScale{scale, scale_axis},
+                 bf16 != 0);
 }
 
 // whether rq_gemm_s8 runs on AMX tiles (gemm_amx.cpp): 1 or 0; `allow` 0 or 1 turns that off or on first

@@ -232,13 +232,15 @@ void kernel_2x2(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, boo
     _tile_stored(3, acc + 16 * 32 + 16, 128);
 }
 
-// 16 results of one row: int32, or float32 v * scale (the epilogue's arithmetic), or that rounded to bfloat16
-inline void store16(__m512i v, __mmask16 m, void* c, int64_t at, const float* scale, bool bf16) {
+// 16 results of one row: int32, or float32 v * scale (the epilogue's arithmetic), or that rounded to bfloat16;
+// `scale` from the first of the 16
+inline void store16(__m512i v, __mmask16 m, void* c, int64_t at, OutScale scale, bool bf16) {
     if (!scale) {
         _mm512_mask_storeu_epi32(static_cast<int32_t*>(c) + at, m, v);
         return;
     }
-    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(*scale));
+    const __m512 s = scale.axis == 1 ? _mm512_maskz_loadu_ps(m, scale.v) : _mm512_set1_ps(*scale.v);
+    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
     if (!bf16) {
         _mm512_mask_storeu_ps(static_cast<float*>(c) + at, m, f);
         return;
@@ -248,12 +250,13 @@ inline void store16(__m512i v, __mmask16 m, void* c, int64_t at, const float* sc
 }
 
 void write_block(const int32_t* acc, int rows, int cols, void* c, int64_t ldc, int64_t m0, int64_t n0,
-                 const float* scale, bool bf16) {
+                 OutScale scale, bool bf16) {
     for (int r = 0; r < rows; ++r)
         for (int h = 0; h < 2 && 16 * h < cols; ++h) {
             const int n = std::min(16, cols - 16 * h);
             const __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
-            store16(_mm512_load_si512(acc + 32 * r + 16 * h), m, c, (m0 + r) * ldc + n0 + 16 * h, scale, bf16);
+            store16(_mm512_load_si512(acc + 32 * r + 16 * h), m, c, (m0 + r) * ldc + n0 + 16 * h,
+                    scale.from(m0 + r, n0 + 16 * h), bf16);
         }
 }
 
@@ -271,7 +274,7 @@ int64_t block_span(int64_t kt, int64_t bytes) { return std::max<int64_t>(32, byt
 // C[m0:m1, n0:n1] = A[m0:m1, k0:k1] . B[k0:k1, n0:n1], by one thread. K in blocks of KC_TILES tiles; the 32 x 32
 // accumulators of all but the last block wait in `sums` (int32, one per 32 x 32 block of this part's C)
 void part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, int64_t k1, const Operand& a,
-          const Operand& b, void* c, int64_t ldc, const float* scale, bool bf16) {
+          const Operand& b, void* c, int64_t ldc, OutScale scale, bool bf16) {
     const int64_t kt_all = (k1 - k0 + TK - 1) / TK;
     const int64_t kblocks = (kt_all + KC_TILES - 1) / KC_TILES;
     const int64_t kt_max = (kt_all + kblocks - 1) / kblocks;  // equal blocks
@@ -315,7 +318,7 @@ bool amx_usable() {
 }
 
 bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c, int64_t ldc,
-              const float* scale, bool bf16) {
+              OutScale scale, bool bf16) {
     if (!amx_usable()) return false;
     // small products stay on one thread (gemm.cpp's reason)
     const int nt = (double)M * N * K < (double)(1 << 22) ? 1 : std::max(1, omp_get_max_threads());
@@ -348,7 +351,7 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
         const int64_t k0 = std::min(K, t * per), k1 = std::min(K, k0 + per);
         if (k0 < k1) {
             configure_tiles();
-            part(0, M, 0, N, k0, k1, a, b, partial[t].data(), N, nullptr, false);
+            part(0, M, 0, N, k0, k1, a, b, partial[t].data(), N, OutScale{}, false);
             _tile_release();
         }
     }
@@ -360,7 +363,7 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
             __m512i s = _mm512_maskz_loadu_epi32(mk, partial[0].data() + m * N + n);
             for (int t = 1; t < nt; ++t)
                 s = _mm512_add_epi32(s, _mm512_maskz_loadu_epi32(mk, partial[t].data() + m * N + n));
-            store16(s, mk, c, m * ldc + n, scale, bf16);
+            store16(s, mk, c, m * ldc + n, scale.from(m, n), bf16);
         }
     return true;
 }
@@ -369,7 +372,7 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
 
 bool amx_usable() { return false; }
 
-bool gemm_amx(int64_t, int64_t, int64_t, const Operand&, const Operand&, void*, int64_t, const float*, bool) {
+bool gemm_amx(int64_t, int64_t, int64_t, const Operand&, const Operand&, void*, int64_t, OutScale, bool) {
     return false;
 }
 

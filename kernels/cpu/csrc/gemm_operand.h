@@ -26,4 +26,15 @@ struct Operand {
     const int8_t* at(int64_t i, int64_t kk) const { return p + idx.off(i) + k.off(kk); }
 };
 
+// The dequantizing scale of a float output C: one value, or one per row (m) or per column (n) of C (a weight
+// gradient's per-output-channel scales, DAIQ's GVQ). Null: C is int32.
+struct OutScale {
+    const float* v = nullptr;
+    int axis = -1;  // -1 one value, 0 one per row, 1 one per column
+    explicit operator bool() const { return v != nullptr; }
+    float at(int64_t m, int64_t n) const { return v[axis < 0 ? 0 : axis == 0 ? m : n]; }
+    // the scale of the block of C from (m, n): its at(0, 0) is this one's at(m, n)
+    OutScale from(int64_t m, int64_t n) const { return {axis < 0 || !v ? v : v + (axis == 0 ? m : n), axis}; }
+};
+
 }  // namespace rq
