@@ -70,6 +70,8 @@ def load(path: Path):
         "load": f"{min(loads):.1f} - {max(loads):.1f}" if loads else "?",
         "timer": next((b.get("options", {}).get("timer") for b in data["benchmarks"]), "?"),
         "batch": next((b["extra_info"].get("batch") for b in data["benchmarks"] if "extra_info" in b), "?"),
+        # older runs did not record it (their freed memory went back to the system: repro.heap)
+        "heap": {b.get("extra_info", {}).get("heap_reused") for b in data["benchmarks"]},
     }
     return times, layers, counts, meta
 
@@ -101,7 +103,13 @@ def markdown(times, layers, counts, meta) -> str:
         f"Measured {meta['when']} on {where}, batch {meta['batch']}, timer {meta['timer']}; 1-minute load "
         f"average during the run {meta['load']}. Each time is the {meta['statistic']} over the benchmark's "
         "rounds (pytest-benchmark, results/kernel_bench.json), in milliseconds"
-        + ("; every call ends with a device synchronisation." if meta["gpu"] else "."),
+        + ("; every call ends with a device synchronisation." if meta["gpu"] else ".")
+        + {
+            frozenset({True}): " Freed memory was kept for the next tensor (repro.heap), as in a training "
+            "step.",
+            frozenset({False}): " Freed memory went back to the system (REPRO_MALLOC=system): big tensors "
+            "fault their pages in on every call.",
+        }.get(frozenset(meta["heap"]), ""),
         "",
         "int8 = quantize (per-tensor absmax, stochastic rounding for gradients, per-channel scales for the "
         "weight gradient) + exact int8 op (the device's backend) + dequantize; int8-op = the int8 op alone; "

@@ -22,6 +22,7 @@ import torch
 
 from kernels import reference
 from kernels.bench import devices
+from repro import heap
 from repro.layer_cases import OPS, RESNET50, Case, half_name, layer_name, shrink
 
 DEVICE = devices.resolve(os.environ.get("REPRO_BENCH_DEVICE") or None)
@@ -56,12 +57,15 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("layer", RESNET50, ids=layer_name)
 def test_kernel_speed(benchmark, layer, op, impl):
     benchmarking = not benchmark.disabled
+    if benchmarking:  # freed tensors reused, as every training step and step timing runs (repro.heap)
+        heap.reuse_freed_memory()
     case = get_case(layer, benchmarking)
     benchmark.group = f"{layer_name(layer)} {op}"
     benchmark.extra_info.update(
         layer=layer_name(layer), kind=layer[0], count=layer[1], op=op, impl=impl,
         threads=torch.get_num_threads(), batch=BATCH if benchmarking else 2, load=os.getloadavg()[0],
         device=devices.label(devices.describe(case.device)), device_kind=case.device.type, half=HALF_NAME,
+        heap_reused=heap.applied(),
     )  # fmt: skip
     if benchmarking:
         if CUDA:  # the paper's FP32 (a 2080 Ti has no TF32)
