@@ -167,7 +167,7 @@ static inline __m512i xor3_16(__m512i a, __m512i b, __m512i c) { return _mm512_t
 // The 16-lane calls run as four sets of 8 in "slot form": set h's word w in the low 32 bits of each 64-bit
 // lane of s[h][w], the high bits ignored, as _mm512_mul_epu32 reads only the low halves. A round then costs
 // per set two products, two shifts and two three-way xors, against 18 instructions per 16 lanes when each
-// product is split into 32-bit lanes again (even/odd shifts and blends): 0.46-0.49 -> 0.36-0.43 ns a word on
+// product is split into 32-bit lanes again (even/odd shifts and blends): 0.41-0.49 -> 0.36-0.43 ns a word on
 // one thread (Intel AMX, docs/measurements.md).
 static inline void philox_slot_rounds(__m512i s[4][4], const PhiloxKeys16& key, int r0) {
     const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);
