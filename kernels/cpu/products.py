@@ -297,7 +297,7 @@ def _weight_grad_out(rows: int, cols: int, scale) -> torch.Tensor:
     return dw if scale is None else native.as_float_view(dw)
 
 
-def _scale_axes(scale, wide: bool) -> int:
+def _scale_axis(scale, wide: bool) -> int:
     """rq_gemm_s8's scale_axis for a weight gradient's scale: one value (-1), or one per output channel, the
     rows of a wide product (Cout, ...), the columns of the other ((...), Cout)."""
     if scale is None or scale.numel() == 1:
@@ -314,7 +314,7 @@ def _pointwise_weight_grad(xq, gq, weight_shape, scale=None) -> torch.Tensor | N
     # the general path's layouts (conv_weight_grad): a wide weight as the channels-last view of (Cout, Cin),
     # else the (Cin, Cout) product made contiguous (Cout, Cin, *k)
     wide = cout * cin > rows
-    axis = _scale_axes(scale, wide)
+    axis = _scale_axis(scale, wide)
     if wide:
         dw = _weight_grad_out(cout, cin, scale)
         native.gemm_rows(cout, cin, rows, gq, 1, lg, xq, lx, 1, dw, cin, scale, axis)  # g^T x
@@ -528,7 +528,7 @@ def _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out, scale=None) -> tor
     x_rows, x_cols = (0, table_rows, 1), (0, taps, cin)
     g_rows, g_cols = (gt.stride(0), None, 1), (gt.stride(1), None, 1)
     wide = cout * cin * ntap > rows
-    axis = _scale_axes(scale, wide)
+    axis = _scale_axis(scale, wide)
     if wide:
         dw = _weight_grad_out(cout, ntap * cin, scale)
         native.gemm_tables(cout, ntap * cin, rows, gt, g_cols, g_rows, xp, x_rows, x_cols, dw, ntap * cin,

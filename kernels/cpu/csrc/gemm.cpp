@@ -14,10 +14,10 @@
 // added at the end. Without AVX2 a plain loop computes the same.
 //
 // With a scale (rq_gemm_s8's `scale`, nullable; one value, or one per row or column of C: rq::OutScale) C is
-// float32: every result is written once as (float)acc * scale, the dequantizing epilogue's arithmetic (quantize.cpp's dequantize: the exact int32
-// sum converted to fp32, one fp32 multiply), so the float result is bit-identical to the int32 GEMM
-// followed by the epilogue, without the epilogue's pass over the output. The int32 partial sums of
-// earlier K blocks go through the same memory.
+// float32: every result is written once as (float)acc * scale, the dequantizing epilogue's arithmetic
+// (quantize.cpp's dequantize: the exact int32 sum converted to fp32, one fp32 multiply), so the float result is
+// bit-identical to the int32 GEMM followed by the epilogue, without the epilogue's pass over the output. The
+// int32 partial sums of earlier K blocks go through the same memory.
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -234,7 +234,8 @@ __attribute__((noinline)) static void micro_kernel(int64_t kp, const int32_t* a,
                 __m256i* d = reinterpret_cast<__m256i*>(c + r * ldc + 8 * v);
                 const __m256i s = accumulate ? _mm256_add_epi32(_mm256_loadu_si256(d), acc[r][v]) : acc[r][v];
                 if (scale) {
-                    const __m256 f = scale.axis == 1 ? _mm256_loadu_ps(scale.v + 8 * v) : _mm256_set1_ps(scale.at(r, 0));
+                    const __m256 f =
+                        scale.axis == 1 ? _mm256_loadu_ps(scale.v + 8 * v) : _mm256_set1_ps(scale.at(r, 0));
                     const __m256 out = _mm256_mul_ps(_mm256_cvtepi32_ps(s), f);
                     if (stream) _mm256_stream_ps(reinterpret_cast<float*>(d), out);
                     else _mm256_storeu_ps(reinterpret_cast<float*>(d), out);
