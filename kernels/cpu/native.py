@@ -16,8 +16,21 @@ import torch
 from .runtime import int64_array, library, pointer
 
 
+def _scale_values(scale, axis: int, m: int, n: int) -> torch.Tensor | None:
+    """`scale` as the float32 vector rq_gemm_s8 reads: one value (axis -1), or m (axis 0) or n (axis 1)."""
+    if scale is None:
+        return None
+    want = 1 if axis < 0 else (m if axis == 0 else n)
+    if not (scale.dtype == torch.float32 and scale.device.type == "cpu" and scale.is_contiguous()):
+        scale = scale.detach().to("cpu", torch.float32).contiguous()
+    if scale.numel() != want:
+        raise ValueError(f"gemm: {want} scale value(s) for scale_axis {axis}, got {scale.numel()}")
+    return scale
+
+
 def _scale_arg(scale: torch.Tensor | None) -> torch.Tensor | None:
-    return None if scale is None else scale.detach().to("cpu", torch.float32).reshape(1).contiguous()
+    """One scale value as the float32 tensor the native code reads."""
+    return _scale_values(scale, -1, 1, 1)
 
 
 def as_float_view(t: torch.Tensor) -> torch.Tensor:
@@ -62,18 +75,6 @@ def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scal
     lib.rq_gemm_s8(m, n, k, pointer(a), a.stride(0), a.stride(1), pointer(b), b.stride(0), b.stride(1),
                    pointer(out), out.stride(0), pointer(scale), -1, _bf16_flag(out))  # fmt: skip
     return out
-
-
-def _scale_values(scale, axis: int, m: int, n: int) -> torch.Tensor | None:
-    """`scale` as the float32 vector rq_gemm_s8 reads: one value (axis -1), or m (axis 0) or n (axis 1)."""
-    if scale is None:
-        return None
-    want = 1 if axis < 0 else (m if axis == 0 else n)
-    if not (scale.dtype == torch.float32 and scale.device.type == "cpu" and scale.is_contiguous()):
-        scale = scale.detach().to("cpu", torch.float32).contiguous()
-    if scale.numel() != want:
-        raise ValueError(f"gemm: {want} scale value(s) for scale_axis {axis}, got {scale.numel()}")
-    return scale
 
 
 def gemm_rows(m, n, k, a, sam, sak, b, sbk, sbn, out, ldc, scale=None, scale_axis=-1) -> None:

@@ -554,27 +554,17 @@ def conv_weight_grad(
     scale = None if out_scale is None else _scale_vector(out_scale).reshape(-1)
     if scale is not None and scale.numel() not in (1, cout):
         raise ValueError(f"conv_weight_grad: out_scale needs 1 or {cout} values, got {scale.numel()}")
-    if scale is not None and (_pointwise(k, s, p, groups) or groups == 1):
-        fused = (
-            _pointwise_weight_grad(xq, gq, weight_shape, scale)
-            if _pointwise(k, s, p, groups)
-            else _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out, scale)
-        )
-        if fused is not None:
-            return fused
-    if scale is not None:  # the other routes: their int32 result, then the epilogue in place
-        acc = conv_weight_grad(xq, gq, weight_shape, stride, padding, dilation, groups)
-        return dequantize(acc, scale, axis=0 if scale.numel() > 1 else None, inplace=True)
     a, b = cin // groups, cout // groups
     ntap = math.prod(k)
     if routes.native_depthwise(nd, groups, cin, cout):
-        return native.depthwise_weight_grad(xq, gq, k, s, p, d)
+        return _scaled(native.depthwise_weight_grad(xq, gq, k, s, p, d), scale)
+    # the native GEMM's routes scale in their stores; the others below run the epilogue on their int32 sums
     if _pointwise(k, s, p, groups):
-        dw = _pointwise_weight_grad(xq, gq, weight_shape)
+        dw = _pointwise_weight_grad(xq, gq, weight_shape, scale)
         if dw is not None:
             return dw
     if groups == 1:
-        dw = _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out)
+        dw = _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out, scale)
         if dw is not None:
             return dw
     # groups per matmul: blk groups together give a (blk*a, blk*b) product whose diagonal blocks are
@@ -609,10 +599,18 @@ def conv_weight_grad(
     if groups == 1 and wide:
         # (Cout, prod(k), Cin) is (Cout, Cin, *k) channels-last, the layout of a channels-last model's weight:
         # returned as that view, the gradient reaches .grad without a copy (docs/measurements.md)
-        return dw.view(cout, *k, cin).movedim(-1, 1)
+        return _scaled(dw.view(cout, *k, cin).movedim(-1, 1), scale)
     # (prod(k), groups, a, b) -> (groups, b, a, prod(k)) -> (Cout, a, *k)
     dw = dw.view(ntap, groups, a, b).permute(1, 3, 2, 0)
-    return dw.reshape(cout, a, *k).contiguous()
+    return _scaled(dw.reshape(cout, a, *k).contiguous(), scale)
+
+
+def _scaled(acc: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """A weight gradient's int32 sums, or with `scale` (one value, or one per output channel) the epilogue's
+    float32 values in their place."""
+    if scale is None:
+        return acc
+    return dequantize(acc, scale, axis=0 if scale.numel() > 1 else None, inplace=True)
 
 
 def linear_forward(xq, wq) -> torch.Tensor:

@@ -538,8 +538,8 @@ static int norm_grad_apply(const T* g, const T* x, T* gx, int64_t rows, int64_t 
 // (the running statistics unchanged then).
 template <class T>
 static int norm_forward(const T* x, const T* res, T* y, int8_t* q, int64_t rows, int64_t C, const float* weight,
-                        const float* bias, double eps, float lo, float hi, float* mean, double* invstd, double* var, float* a, float* b,
-                        float* scale, float* running_mean, float* running_var, double factor) {
+                        const float* bias, double eps, float lo, float hi, float* mean, double* invstd, double* var,
+                        float* a, float* b, float* scale, float* running_mean, float* running_var, double factor) {
     std::vector<double> s1(C), s2(C);
     std::vector<float> mn(C), mx(C), shift(C);
     for (int64_t c = 0; c < C; ++c) shift[c] = Elem<T>::load(x + c);  // row 0
