@@ -660,6 +660,89 @@ def test_native_implicit_im2col_products_are_exact(
         cpu.clear_route_caches()
 
 
+@pytest.mark.parametrize(
+    "n,cin,cout,groups,spatial,k,s,p",
+    [
+        (2, 64, 64, 16, (7, 7), 3, 1, 1),  # 4 channels a group: one block of 16 groups, 64 channels
+        (2, 32, 32, 2, (9, 8), 3, 2, 1),  # two groups of 16 in one block of 32 channels; stride phases
+        (2, 80, 80, 5, (6, 6), 3, 1, 1),  # five groups of 16: one block of 80 channels
+        (3, 256, 512, 64, (5, 5), 3, 1, 1),  # 4 -> 8 channels: four blocks of 16 groups
+        (2, 48, 96, 3, (5, 5), 1, 1, 0),  # a grouped 1x1
+        (2, 64, 64, 4, (9,), 3, 1, 1),  # 1-D
+        (1, 32, 64, 2, (4, 4, 3), 3, 1, 1),  # 3-D
+        (8, 128, 128, 32, (24, 24), 3, 1, 1),  # weight gradient: a long reduction, two blocks each split
+        (8, 256, 256, 64, (24, 24), 3, 1, 1),  # ... four blocks, whole blocks a thread
+    ],
+    ids=str,
+)
+def test_grouped_products_on_the_native_gemm_are_exact(
+    monkeypatch, gemm_kernel, n, cin, cout, groups, spatial, k, s, p
+):
+    """Grouped convolutions whose blocks of groups have a multiple of 16 input channels (im2col.group_block)
+    run one native GEMM call for all blocks, each an ungrouped product with a block-diagonal weight reading
+    the padded input in place: every pass equals the reference bit for bit, scaled in the GEMM's stores (one
+    scale, one per output channel for the weight gradient, bfloat16) without the epilogue's pass."""
+    monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+    cpu.clear_route_caches()
+    batches, passes = [], []
+    real = native.gemm_tables
+    monkeypatch.setattr(
+        native, "gemm_tables", lambda *a, **kw: batches.append(kw.get("batch")) or real(*a, **kw)
+    )
+    real_dequantize = cpu.products.dequantize
+    monkeypatch.setattr(
+        cpu.products, "dequantize", lambda *a, **kw: passes.append(1) or real_dequantize(*a, **kw)
+    )
+    nd = len(spatial)
+    geo = ([s] * nd, [p] * nd, [1] * nd, groups)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the threads' shares of blocks and rows
+    try:
+        assert cpu.im2col.group_block(groups, cin // groups, cout // groups) is not None
+        gen = torch.Generator().manual_seed(cin + cout + groups)
+        x = _cl(torch.randint(-127, 128, (n, cin, *spatial), generator=gen, dtype=torch.int8))
+        w = _cl(torch.randint(-127, 128, (cout, cin // groups, *(k,) * nd), generator=gen, dtype=torch.int8))
+        x[0], w[0] = 127, -127
+        xr, wr = x.contiguous(), w.contiguous()
+        y = reference.conv_forward(xr, wr, *geo)
+        g = _cl(torch.randint(-127, 128, y.shape, generator=gen, dtype=torch.int8))
+        dx = reference.conv_input_grad(g.contiguous(), wr, x.shape, *geo)
+        dw = reference.conv_weight_grad(xr, g.contiguous(), w.shape, *geo)
+        scale, per_channel = torch.tensor(3.0e-5), (torch.rand(cout, generator=gen) + 0.5) * 1e-5
+        assert torch.equal(cpu.conv_forward(x, w, *geo), y)
+        assert torch.equal(cpu.conv_input_grad(g, w, x.shape, *geo), dx)
+        assert torch.equal(cpu.conv_weight_grad(x, g, w.shape, *geo), dw)
+        assert batches and all(b is not None for b in batches)
+        for out_dtype in (torch.float32, torch.bfloat16):
+            got = cpu.conv_forward(x, w, *geo, out_scale=scale, out_dtype=out_dtype)
+            assert torch.equal(got, cpu.dequantize(y.clone(), scale, dtype=out_dtype)), out_dtype
+            got = cpu.conv_input_grad(g, w, x.shape, *geo, out_scale=scale, out_dtype=out_dtype)
+            assert torch.equal(got, cpu.dequantize(dx.clone(), scale, dtype=out_dtype)), out_dtype
+        for sc, axis in ((scale, None), (per_channel, 0)):
+            got = cpu.conv_weight_grad(x, g, w.shape, *geo, out_scale=sc)
+            assert got.dtype == torch.float32 and torch.equal(got, cpu.dequantize(dw.clone(), sc, axis=axis))
+        assert not passes
+    finally:
+        torch.set_num_threads(threads)
+        cpu.clear_route_caches()
+
+
+def test_group_block_takes_whole_tiles_of_input_channels():
+    """A block of groups: a divisor of the groups, a multiple of 16 input channels, at most 128 channels
+    either side; the smallest reaching 64 input channels, else the largest; none for ungrouped products or
+    where no block fits."""
+    if not cpu.im2col.implicit_ok(16):
+        pytest.skip("no native GEMM route here")
+    block = cpu.im2col.group_block
+    assert block(32, 4, 4) == 16  # ResNeXt's 32 x 4d: 64 channels a block
+    assert block(32, 32, 32) == 2
+    assert block(25, 16, 16) == 5  # RegNet's 16 channels a group: 80
+    assert block(2, 16, 16) == 2  # fewer than 64 channels in all: the largest block
+    assert block(4, 64, 256) is None  # 256 output channels a group: over 128
+    assert block(3, 8, 8) is None  # 8 or 24 channels: not a multiple of 16
+    assert block(1, 64, 64) is None
+
+
 def test_native_gemm_threads_split_rows_or_columns_exactly(gemm_kernel):
     """Two threads take ranges of rows, or of columns where B is the larger operand (N > M), and leave
     the same int32 result, scaled or not."""
@@ -753,7 +836,17 @@ def test_products_take_the_native_gemm_where_it_runs_on_amx_tiles(monkeypatch, a
         (2, 16, 32, 3, 1, 1, 1, 4),  # the implicit im2col's GEMM, wide
         (16, 16, 2, 3, 2, 1, 1, 8),  # the implicit im2col's GEMM, C (taps x Cin, Cout)
         (64, 16, 16, 1, 1, 0, 1, 32),  # a long reduction: the threads' partial sums added, then scaled
-        (2, 8, 8, 3, 1, 1, 2, 5),  # grouped: the general route's int32 result, then the epilogue
+        (
+            2,
+            8,
+            8,
+            3,
+            1,
+            1,
+            2,
+            5,
+        ),  # grouped, 4 channels a group: the general route's int32 result, then the epilogue
+        (2, 32, 32, 3, 1, 1, 2, 5),  # grouped, 16 channels a group: the native GEMM's blocks of groups
         (2, 8, 8, 3, 1, 1, 8, 5),  # depthwise
     ],
     ids=str,
@@ -784,6 +877,9 @@ def test_weight_gradient_with_its_scale_is_the_epilogues_bit_for_bit(
         want = cpu.dequantize(acc.clone(), scale, axis=axis)
         assert got.dtype == torch.float32 and got.stride() == plain.stride()
         assert torch.equal(got, want)
-    assert len(passes) == (0 if groups == 1 else 2)
+    scaled_in_stores = (
+        groups == 1 or cpu.im2col.group_block(groups, cin // groups, cout // groups) is not None
+    )
+    assert len(passes) == (0 if scaled_in_stores else 2)
     with pytest.raises(ValueError, match="out_scale"):
         cpu.conv_weight_grad(x, g, shape, *geometry, out_scale=torch.ones(cout + 1))

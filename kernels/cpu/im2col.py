@@ -25,6 +25,9 @@ IM2COL_CHUNK_BYTES = 8 << 20
 # there the 2 * nd + 1 margin fills and copy, each a dispatch, cost more than the bytes (a small layer's
 # fixed cost, docs/measurements.md); above it only the border is zeroed
 PAD_ONE_OP_BYTES = 1 << 20
+# grouped convolutions on the implicit route: most channels (input or output) of one block of groups, whose
+# product multiplies the zeros between its groups too (group_block)
+GROUP_BLOCK_CHANNELS = 128
 
 
 def mm_operand(t: torch.Tensor) -> torch.Tensor:
@@ -134,6 +137,36 @@ def implicit_ok(channels: int) -> bool:
     return routes.native_gemm() and channels % 16 == 0
 
 
+def group_block(groups: int, a: int, b: int) -> int | None:
+    """Groups per native GEMM call for a grouped convolution of `a` input and `b` output channels per group,
+    on the implicit route (``implicit_ok``): a divisor of `groups` whose block has a multiple of 16 input
+    channels (the packing reads them in runs) and at most GROUP_BLOCK_CHANNELS channels either side; the
+    smallest with 64 input channels or more (a whole tile's k from one tap), else the largest. None where no
+    block fits, or the convolution is ungrouped. A block is one ungrouped product with a block-diagonal
+    weight: the AMX tiles multiply its zeros faster than more calls would run (docs/measurements.md)."""
+    if groups == 1 or not implicit_ok(16):
+        return None
+    fits = [
+        n
+        for n in range(1, groups + 1)
+        if groups % n == 0 and n * a % 16 == 0 and n * max(a, b) <= GROUP_BLOCK_CHANNELS
+    ]
+    wide = [n for n in fits if n * a >= 64]
+    return min(wide) if wide else max(fits, default=None)
+
+
+def block_diagonal(wq: torch.Tensor, groups: int, blk: int) -> torch.Tensor:
+    """A grouped weight (Cout, a, *k) as groups // blk operands (prod(k) * blk * a, blk * b) of the implicit
+    GEMM, rows (k..., group in block, c) as the channels-last columns of the block's input channels, columns
+    (group in block, output channel): each group's weight on the diagonal, zeros elsewhere."""
+    cout, a, *k = wq.shape
+    b, ntap, nblocks = cout // groups, math.prod(k), groups // blk
+    wm = wq.movedim(1, -1).reshape(nblocks, blk, b, ntap, a)
+    wbd = torch.zeros((nblocks, ntap, blk, a, blk, b), dtype=wq.dtype)
+    wbd.diagonal(dim1=2, dim2=4).copy_(wm.permute(0, 3, 4, 2, 1))
+    return wbd.view(nblocks, ntap * blk * a, blk * b)
+
+
 @functools.lru_cache(maxsize=32)  # (a detector's varying image sizes: a bounded few MB)
 def _column_tables(shape, strides, k, s, d, out) -> tuple[torch.Tensor, torch.Tensor]:
     n, c, *_ = shape
@@ -177,6 +210,9 @@ def conv_exact(
     if routes.native_depthwise(nd, groups, cin, cout):
         return native.depthwise_forward(xq, wq, s, p, d, out, scale)
     implicit = groups == 1 and implicit_ok(cin)
+    blk = group_block(groups, cin // groups, cout // groups)
+    if blk is not None:
+        return _implicit_grouped(xq, wq, p, s, d, out, groups, blk, scale, out_dtype)
     # the input gradient's TapMajor weight: its operand read through a table of rows where the implicit
     # route reads it, else the weight made (kernels.cpu.products)
     lazy = hasattr(wq, "operand_rows")
@@ -230,3 +266,25 @@ def conv_exact(
             wb.diagonal(dim1=0, dim2=3).copy_(wm[g0 * b : g1 * b].view(nb, b, ntap, a).permute(1, 2, 3, 0))
             ymat[rows, g0 * b : g1 * b] = mm(cols, wb.view(nb * b, -1).t())
     return dequantize(y, scale, inplace=True) if scale is not None and not fused else y
+
+
+def _implicit_grouped(xq, wq, p, s, d, out, groups: int, blk: int, scale, out_dtype) -> torch.Tensor:
+    """conv_exact of a grouped convolution: one native GEMM call for every block of `blk` groups, each reading
+    the padded input's channels of the block through the implicit tables, with the block-diagonal weight,
+    into the block's output channels (scaled in the GEMM's stores)."""
+    n, cin = xq.shape[:2]
+    cout, k = wq.shape[0], tuple(wq.shape[2:])
+    a, b, ntap, rows = cin // groups, cout // groups, math.prod(k), n * math.prod(out)
+    xp = pad_zero(as_cl(xq), p)
+    table_rows, taps = implicit_columns(xp, k, s, d, out)
+    wbd = block_diagonal(wq, groups, blk)
+    dtype = torch.int32 if scale is None or out_dtype != torch.bfloat16 else out_dtype
+    y = empty_cl((n, cout, *out), dtype)
+    y = native.as_float_view(y) if scale is not None and dtype == torch.int32 else y
+    ymat = y.movedim(1, -1).view(rows, cout)
+    ca, cb = blk * a, blk * b
+    # block j: the input's channels from j * ca, its weight wbd[j], the output's channels from j * cb
+    batch = (groups // blk, ca, wbd[0].numel(), cb)
+    native.gemm_tables(rows, cb, ntap * ca, xp, (0, table_rows, 1), (0, taps, ca), wbd, (cb, None, 1),
+                       (1, None, 1), ymat, cout, scale, batch=batch)  # fmt: skip
+    return y

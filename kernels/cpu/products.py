@@ -158,6 +158,9 @@ def _conv_int(
     depthwise = routes.native_depthwise(len(s), groups, xq.shape[1], wq.shape[0])
     to_im2col = depthwise or not routes.onednn_exact()
     to_im2col = to_im2col or routes.native_conv_on_amx(xq.shape[1], groups)
+    # grouped: the AMX GEMM's blocks of groups (im2col.group_block), where oneDNN's grouped int8 convolutions
+    # ran at 0.2-0.6x bf16's time (docs/measurements.md)
+    to_im2col = to_im2col or (groups > 1 and routes.native_grouped_conv(xq.shape[1], wq.shape[0], groups))
     pointwise_blocks = None  # a 1x1 oneDNN takes from im2col_route: its weight's one proven block
     if not to_im2col and routes.im2col_route(k, p, out, groups):
         wq = _weight(wq)
@@ -539,6 +542,28 @@ def _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out, scale=None) -> tor
     return dw.view(ntap, cin, cout).permute(2, 1, 0).reshape(cout, cin, *k).contiguous()
 
 
+def _implicit_grouped_weight_grad(xq, gq, weight_shape, p, s, d, out, groups, blk, scale) -> torch.Tensor:
+    """A grouped weight gradient as one native GEMM call for all blocks of `blk` groups (im2col.group_block):
+    each block's g channels against the padded x's channels of the block, read through the implicit tables,
+    (blk * b, taps * blk * a), scaled in the GEMM's stores; its diagonal blocks are the groups' gradients.
+    Returned as (Cout, a, *k) with channels innermost, the layout of a channels-last model's weight."""
+    cout, a, *k = weight_shape
+    b, ntap, nblocks = cout // groups, math.prod(k), groups // blk
+    ca, cb = blk * a, blk * b
+    xp = im2col.pad_zero(as_cl(xq), p)
+    table_rows, taps = im2col.implicit_columns(xp, k, s, d, out)
+    gt = as_cl(gq).movedim(1, -1).reshape(-1, cout)  # (rows, Cout), a view
+    axis = _scale_axis(scale, True)
+    full = _weight_grad_out(nblocks * cb, ntap * ca, scale)
+    # block j: g's channels from j * cb, x's from j * ca, the rows of `full` from j * cb
+    native.gemm_tables(cb, ntap * ca, gt.shape[0], gt, (1, None, 1), (gt.stride(0), None, 1), xp,
+                       (0, table_rows, 1), (0, taps, ca), full, ntap * ca, scale, axis,
+                       batch=(nblocks, cb, ca, cb * ntap * ca))  # fmt: skip
+    # (block, group in block, b, tap, group in block, a): the diagonal over the two group indices
+    diag = full.view(nblocks, blk, b, ntap, blk, a).diagonal(dim1=1, dim2=4)  # (block, b, tap, a, group)
+    return diag.permute(0, 4, 1, 2, 3).reshape(cout, *k, a).movedim(-1, 1)
+
+
 def conv_weight_grad(
     xq, gq, weight_shape, stride=1, padding=0, dilation=1, groups=1, out_scale=None
 ) -> torch.Tensor:
@@ -567,6 +592,9 @@ def conv_weight_grad(
         dw = _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out, scale)
         if dw is not None:
             return dw
+    blk = im2col.group_block(groups, a, b)
+    if blk is not None:
+        return _implicit_grouped_weight_grad(xq, gq, weight_shape, p, s, d, out, groups, blk, scale)
     # groups per matmul: blk groups together give a (blk*a, blk*b) product whose diagonal blocks are
     # the per-group results (the batched exact formulation for depthwise and other many-group convs)
     blk = min(groups, max(1, 64 // max(a, b)))

@@ -203,6 +203,17 @@ def native_conv_on_amx(cin: int, groups: int) -> bool:
     return groups == 1 and cin % 16 == 0 and torch_int8_fast() and native_gemm()
 
 
+def native_grouped_conv(cin: int, cout: int, groups: int) -> bool:
+    """Whether a grouped (not depthwise) convolution oneDNN would run goes to the native AMX GEMM instead, one
+    call per block of groups with a block-diagonal weight (im2col.group_block): oneDNN's grouped int8
+    convolutions ran at 0.2-0.6x bf16's time on an Intel AMX Xeon (docs/measurements.md)."""
+    from .im2col import group_block  # (im2col imports this module)
+
+    if groups == 1 or not torch_int8_fast() or not native_gemm():
+        return False
+    return group_block(groups, cin // groups, cout // groups) is not None
+
+
 def im2col_route(k, p, out, groups: int) -> bool:
     """Where im2col + _int_mm beats oneDNN (measured): 1x1 kernels without padding (the im2col is at
     most a strided copy; no uint8 conversion, prepack or fp32 round trip) and small outputs (<= 8x8

@@ -402,14 +402,26 @@ void rq_gemm_s8(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, i
 }
 
 // rq_gemm_s8 with an axis read through a table (rq::Axis): each operand's m / n axis and k axis take a
-// stride, or a table of run starts (nullable) and the run's length; a run's elements are contiguous
+// stride, or a table of run starts (nullable) and the run's length; a run's elements are contiguous. `batch`
+// products of that shape, item j's A, B and C at A + j * a_step, B + j * b_step (bytes), C + j * c_step
+// (elements), and a scale per row or column at scale + j * M or N (rq::Batch)
 void rq_gemm_s8_tables(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, const int64_t* tam,
                        int64_t ram, int64_t sak, const int64_t* tak, int64_t rak, const int8_t* B, int64_t sbk,
                        const int64_t* tbk, int64_t rbk, int64_t sbn, const int64_t* tbn, int64_t rbn, void* C,
-                       int64_t ldc, const float* scale, int scale_axis, int bf16) {
-    rq::gemm_out(M, N, K, rq::Operand{A, {sam, tam, ram}, {sak, tak, rak}},
-                 rq::Operand{B, {sbn, tbn, rbn}, {sbk, tbk, rbk}}, C, ldc, rq::OutScale{scale, scale_axis},
-                 bf16 != 0);
+                       int64_t ldc, const float* scale, int scale_axis, int bf16, int64_t batch, int64_t a_step,
+                       int64_t b_step, int64_t c_step) {
+    const rq::Operand a{A, {sam, tam, ram}, {sak, tak, rak}}, b{B, {sbn, tbn, rbn}, {sbk, tbk, rbk}};
+    const rq::OutScale s{scale, scale_axis};
+    if (batch > 1 && M > 0 && N > 0 && K > 0 && rq::amx_allowed.load(std::memory_order_relaxed) &&
+        rq::gemm_amx_batch(rq::Batch{batch, a_step, b_step, c_step}, M, N, K, a, b, C, ldc, s, bf16 != 0))
+        return;
+    for (int64_t j = 0; j < batch; ++j) {  // one item after another, each on every thread
+        rq::Operand aj = a, bj = b;
+        aj.p += j * a_step;
+        bj.p += j * b_step;
+        const rq::OutScale sj = !s || s.axis < 0 ? s : rq::OutScale{s.v + j * (s.axis == 0 ? M : N), s.axis};
+        rq::gemm_out(M, N, K, aj, bj, static_cast<int8_t*>(C) + j * c_step * (bf16 ? 2 : 4), ldc, sj, bf16 != 0);
+    }
 }
 
 // whether rq_gemm_s8 runs on AMX tiles (gemm_amx.cpp): 1 or 0; `allow` 0 or 1 turns that off or on first

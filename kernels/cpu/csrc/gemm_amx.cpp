@@ -113,8 +113,9 @@ void pack_tile(const Operand& x, int64_t i0, int ni, int64_t k0, int nk, bool as
         for (int i = 0; i < 16; ++i) r[i] = _mm512_setzero_si512();
     } else if (x.k.unit(k0, nk)) {  // each index's k contiguous: one masked load per index
         const __mmask64 m = nk == 64 ? ~0ULL : (1ULL << nk) - 1;
+        const int64_t koff = x.k.off(k0);  // (a table's run offset divides: once a tile, not once a row)
         for (int i = 0; i < 16; ++i)
-            r[i] = i < ni ? _mm512_maskz_loadu_epi8(m, x.at(i0 + i, k0)) : _mm512_setzero_si512();
+            r[i] = i < ni ? _mm512_maskz_loadu_epi8(m, x.p + x.idx.off(i0 + i) + koff) : _mm512_setzero_si512();
     } else if (x.idx.unit(i0, ni)) {  // the indices contiguous at each k: one masked load per k
         const __mmask16 m = ni == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << ni) - 1);
         const int64_t base = x.idx.off(i0);
@@ -128,15 +129,23 @@ void pack_tile(const Operand& x, int64_t i0, int ni, int64_t k0, int nk, bool as
         }
         vnni = true;
     } else if (x.k.t && x.k.run >= 16) {  // k through a table of runs (taps) that a tile straddles: a load per run
+        // the runs are the same in every row of the tile: found once (at most 5 of 16 or more in 64 k), each
+        // as its offset from the row's start less its place in the tile, and its mask there
+        int64_t off[5];
+        __mmask64 mask[5];
+        int runs = 0;
+        for (int kk = 0; kk < nk; ++runs) {
+            const int64_t k = k0 + kk;
+            const int len = (int)std::min<int64_t>(nk - kk, x.k.run - k % x.k.run);
+            mask[runs] = (len == 64 ? ~0ULL : (1ULL << len) - 1) << kk;
+            off[runs] = x.k.off(k) - kk;  // (the bytes below kk of this address are masked off: never read)
+            kk += len;
+        }
         for (int i = 0; i < 16; ++i) {
             __m512i v = _mm512_setzero_si512();
-            for (int kk = 0; i < ni && kk < nk;) {
-                const int64_t k = k0 + kk;
-                const int len = (int)std::min<int64_t>(nk - kk, x.k.run - k % x.k.run);
-                const __mmask64 m = (len == 64 ? ~0ULL : (1ULL << len) - 1) << kk;
-                // (the bytes below kk of this address are masked off: never read)
-                v = _mm512_mask_loadu_epi8(v, m, x.at(i0 + i, k) - kk);
-                kk += len;
+            if (i < ni) {
+                const int8_t* row = x.p + x.idx.off(i0 + i);
+                for (int j = 0; j < runs; ++j) v = _mm512_mask_loadu_epi8(v, mask[j], row + off[j]);
             }
             r[i] = v;
         }
@@ -368,11 +377,58 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
     return true;
 }
 
+bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c,
+                    int64_t ldc, OutScale scale, bool bf16) {
+    if (batch.count == 1) return gemm_amx(M, N, K, a, b, c, ldc, scale, bf16);
+    if (!amx_usable()) return false;
+    // units of work: an item's rows in parts of whole 32-row blocks, about 4 units a thread (a block's items
+    // are small: one call for them all, not one per item, and no thread idles while items remain)
+    const int nt = (double)M * N * K * batch.count < (double)(1 << 22) ? 1 : std::max(1, omp_get_max_threads());
+    const int64_t bytes = bf16 ? 2 : 4;
+    // a long reduction into a small C (a weight gradient): B is the large operand, and every row range would
+    // pack all of it again; so whole items a thread, or with fewer items than 2 a thread, one item after
+    // another with the threads splitting K (gemm_amx)
+    const bool long_k = K >= 8 * std::max(M, N) && K >= 64 * TK;
+    if (long_k && batch.count < 2 * nt) {
+        for (int64_t j = 0; j < batch.count; ++j) {
+            Operand aj = a, bj = b;
+            aj.p += j * batch.a;
+            bj.p += j * batch.b;
+            const OutScale sj = !scale || scale.axis < 0 ? scale : OutScale{scale.v + j * (scale.axis == 0 ? M : N), scale.axis};
+            gemm_amx(M, N, K, aj, bj, static_cast<int8_t*>(c) + j * batch.c * bytes, ldc, sj, bf16);
+        }
+        return true;
+    }
+    const int64_t want = long_k ? 1 : std::max<int64_t>(1, (4 * nt + batch.count - 1) / batch.count);
+    const int64_t step = ((M + want - 1) / want + 31) / 32 * 32, parts = (M + step - 1) / step;
+#pragma omp parallel num_threads(nt)
+    {
+        bool configured = false;
+#pragma omp for schedule(static)
+        for (int64_t u = 0; u < batch.count * parts; ++u) {
+            const int64_t j = u / parts, lo = u % parts * step, hi = std::min(M, lo + step);
+            if (!configured) configure_tiles(), configured = true;
+            Operand aj = a, bj = b;
+            aj.p += j * batch.a;
+            bj.p += j * batch.b;
+            const OutScale sj = !scale || scale.axis < 0 ? scale : OutScale{scale.v + j * (scale.axis == 0 ? M : N), scale.axis};
+            part(lo, hi, 0, N, 0, K, aj, bj, static_cast<int8_t*>(c) + j * batch.c * bytes, ldc, sj, bf16);
+        }
+        if (configured) _tile_release();
+    }
+    return true;
+}
+
 #else  // built without AMX
 
 bool amx_usable() { return false; }
 
 bool gemm_amx(int64_t, int64_t, int64_t, const Operand&, const Operand&, void*, int64_t, OutScale, bool) {
+    return false;
+}
+
+bool gemm_amx_batch(const Batch&, int64_t, int64_t, int64_t, const Operand&, const Operand&, void*, int64_t, OutScale,
+                    bool) {
     return false;
 }
 

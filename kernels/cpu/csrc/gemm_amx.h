@@ -16,4 +16,15 @@ bool amx_usable();
 bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c, int64_t ldc,
               OutScale scale, bool bf16);
 
+// `count` products of one shape whose item j reads A at a.p + j * a, B at b.p + j * b (bytes) and writes C at c
+// + j * c elements (a grouped convolution's blocks of groups, products.py); a scale per row or column of C
+// continues item by item (item j's rows at scale + j * M)
+struct Batch {
+    int64_t count = 1, a = 0, b = 0, c = 0;
+};
+
+// gemm_amx for every item of `batch` in one parallel region, the threads sharing out items and row ranges
+bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c,
+                    int64_t ldc, OutScale scale, bool bf16);
+
 }  // namespace rq
