@@ -196,7 +196,8 @@ def conv_exact(
     ``scale``: float32 acc * scale, as ``mm``; ``out_dtype`` bfloat16: that value rounded to it).
 
     Groups are done blk at a time with a block-diagonal weight (zeros between the groups), so that
-    depthwise convolutions are batched matmuls too.
+    depthwise convolutions are batched matmuls too; on the native route, blocks of 16n input channels
+    (group_block) as one batched GEMM call reading the padded input in place (_implicit_grouped).
     """
     if scale is not None and out_dtype != torch.float32 and not routes.native_gemm():
         # bfloat16 from _int_mm's int32 in one pass, not the float32 epilogue's pass and a conversion after it

@@ -46,6 +46,11 @@ Which torch ops run (timings: ``python -m kernels.bench.layers``):
   ``_pointwise_weight_grad``), none of the general path's per-call Python (docs/measurements.md, issue 64).
 * Depthwise 2-D convolutions, all three passes: the native kernels wherever they are built (``routes.
   native_depthwise``; as block-diagonal matmuls 63 of every 64 products were zeros).
+* Other grouped convolutions whose blocks of groups have a multiple of 16 input channels (``im2col.
+  group_block``), on the native GEMM's route: all three passes as one batched native GEMM call, each block
+  of groups an ungrouped product with a block-diagonal weight, its input read in place through the implicit
+  tables (``routes.native_grouped_conv``; oneDNN's grouped int8 convolutions ran at 0.2-0.6x bf16's time on
+  an Intel AMX Xeon, docs/measurements.md).
 * ``linear_*``: ``torch._int_mm``.
 
 Outputs of 32 MB and more (fresh mmap-ed memory on every call) are madvise-d for 2 MB transparent
