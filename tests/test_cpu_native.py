@@ -681,7 +681,8 @@ def test_grouped_products_on_the_native_gemm_are_exact(
     """Grouped convolutions whose blocks of groups have a multiple of 16 input channels (im2col.group_block)
     run one native GEMM call for all blocks, each an ungrouped product with a block-diagonal weight reading
     the padded input in place: every pass equals the reference bit for bit, scaled in the GEMM's stores (one
-    scale, one per output channel for the weight gradient, bfloat16) without the epilogue's pass."""
+    scale, one per output channel for the weight gradient, bfloat16) without the epilogue's pass. The input
+    gradient reads the forward pass's block-diagonal operands transposed, one phase per call."""
     monkeypatch.setenv("REPRO_CPU_GEMM", "native")
     cpu.clear_route_caches()
     batches, passes = [], []
@@ -710,7 +711,14 @@ def test_grouped_products_on_the_native_gemm_are_exact(
         dw = reference.conv_weight_grad(xr, g.contiguous(), w.shape, *geo)
         scale, per_channel = torch.tensor(3.0e-5), (torch.rand(cout, generator=gen) + 0.5) * 1e-5
         assert torch.equal(cpu.conv_forward(x, w, *geo), y)
+        kept = cpu.known.recall(w).block_diagonal[1]  # the forward pass's operands, for the input gradient
+        made = []
+        real_operands = cpu.im2col.block_diagonal
+        monkeypatch.setattr(
+            cpu.im2col, "block_diagonal", lambda *a: made.append(real_operands(*a)) or made[-1]
+        )
         assert torch.equal(cpu.conv_input_grad(g, w, x.shape, *geo), dx)
+        assert made and all(m is kept for m in made)
         assert torch.equal(cpu.conv_weight_grad(x, g, w.shape, *geo), dw)
         assert batches and all(b is not None for b in batches)
         for out_dtype in (torch.float32, torch.bfloat16):

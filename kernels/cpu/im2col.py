@@ -158,13 +158,20 @@ def group_block(groups: int, a: int, b: int) -> int | None:
 def block_diagonal(wq: torch.Tensor, groups: int, blk: int) -> torch.Tensor:
     """A grouped weight (Cout, a, *k) as groups // blk operands (prod(k) * blk * a, blk * b) of the implicit
     GEMM, rows (k..., group in block, c) as the channels-last columns of the block's input channels, columns
-    (group in block, output channel): each group's weight on the diagonal, zeros elsewhere."""
+    (group in block, output channel): each group's weight on the diagonal, zeros elsewhere. Kept with wq
+    (kernels.cpu.known) for its input gradient, which reads it transposed."""
+    facts = known.recall(wq)
+    if facts is not None and facts.block_diagonal is not None and facts.block_diagonal[0] == blk:
+        return facts.block_diagonal[1]
     cout, a, *k = wq.shape
     b, ntap, nblocks = cout // groups, math.prod(k), groups // blk
     wm = wq.movedim(1, -1).reshape(nblocks, blk, b, ntap, a)
     wbd = torch.zeros((nblocks, ntap, blk, a, blk, b), dtype=wq.dtype)
     wbd.diagonal(dim1=2, dim2=4).copy_(wm.permute(0, 3, 4, 2, 1))
-    return wbd.view(nblocks, ntap * blk * a, blk * b)
+    wbd = wbd.view(nblocks, ntap * blk * a, blk * b)
+    if not wq.is_inference():  # kept for the input gradient (an inference tensor has no version counter)
+        known.remember(wq, dataclasses.replace(facts or known.Facts(), block_diagonal=(blk, wbd)))
+    return wbd
 
 
 @functools.lru_cache(maxsize=32)  # (a detector's varying image sizes: a bounded few MB)

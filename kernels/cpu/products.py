@@ -478,6 +478,9 @@ def conv_input_grad(
         if dx is not None:
             return _as_dtype(dx, out_scale, out_dtype)
     a, b = cin // groups, cout // groups
+    blk = im2col.group_block(groups, a, b)
+    if blk is not None and blk * b % 16 == 0:
+        return _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, out_scale, out_dtype)
     # grouped: the transposed weight, per group (b, a, *k) -> (a, b, *k), flipped by the tap order below
     # (ungrouped weights are built per phase by tap_major_transposed)
     wt = None if groups == 1 else wq.reshape(groups, b, a, *k).transpose(1, 2).reshape(cin, b, *k)
@@ -519,6 +522,55 @@ def conv_input_grad(
         # the phase's output goes straight into its positions of dx
         _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, dst=dx[dst], crop=crop, scale=out_scale,
                   out_dtype=out_dtype)  # fmt: skip
+    return dx
+
+
+@functools.lru_cache(maxsize=256)
+def _transposed_tap_table(k, taps, row_bytes: int) -> torch.Tensor:
+    """Byte offsets of the block-diagonal operand's rows for a phase's taps (taps[i] along dimension i, in
+    that order): sub-tap j's original tap t, flattened, at t * row_bytes."""
+    flat = torch.zeros(1, dtype=torch.int64)
+    for i, t in enumerate(taps):
+        flat = (flat[..., None] * k[i] + torch.tensor(t, dtype=torch.int64)).flatten()
+    return flat * row_bytes
+
+
+def _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, scale, out_dtype) -> torch.Tensor:
+    """conv_input_grad of a grouped convolution on the native GEMM's blocks of groups: each input phase one
+    batched GEMM call over g's blocks, reading the forward pass's block-diagonal operands (im2col.
+    block_diagonal) transposed, through a table of the phase's taps, with no transposed, flipped or
+    selected weight made."""
+    nd, n, cin, cout = len(s), input_shape[0], input_shape[1], wq.shape[0]
+    a, b = cin // groups, cout // groups
+    ca, cb = blk * a, blk * b
+    wbd = im2col.block_diagonal(wq, groups, blk)  # (blocks, taps * ca, cb): row (t, i, c), column (i, o)
+    plans = [list(_phases(input_shape[2 + i], out[i], k[i], s[i], p[i], d[i])) for i in range(nd)]
+    dx = None
+    if any(plan is None for dim in plans for _, _, plan in dim):
+        dx = _new_output(input_shape, scale, out_dtype).zero_()  # positions no tap reaches stay 0
+    for combo in itertools.product(*plans):
+        if any(plan is None for _, _, plan in combo):
+            continue
+        taps = tuple(tuple(plan[0]) for _, _, plan in combo)
+        dil = tuple(plan[1] for _, _, plan in combo)
+        pad = tuple(plan[2] for _, _, plan in combo)
+        sub = tuple(len(t) for t in taps)
+        gp = im2col.pad_zero(as_cl(gq), pad)
+        phase_out = tuple(gp.shape[2 + i] - dil[i] * (sub[i] - 1) for i in range(nd))
+        rows, g_taps = im2col.implicit_columns(gp, sub, (1,) * nd, dil, phase_out)
+        y = _new_output((n, cin, *phase_out), scale, out_dtype)
+        ymat = y.movedim(1, -1).view(-1, cin)
+        # B (taps * cb, ca): element ((j, i, o), (i', c)) at wbd's row (t_j, i', c), column (i, o)
+        b_k = (0, _transposed_tap_table(tuple(k), taps, ca * cb), cb)
+        batch = (groups // blk, cb, wbd[0].numel(), ca)
+        native.gemm_tables(ymat.shape[0], ca, math.prod(sub) * cb, gp, (0, rows, 1), (0, g_taps, cb), wbd,
+                           b_k, (cb, None, 1), ymat, cin, scale, batch=batch)  # fmt: skip
+        crop = tuple(slice(plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
+        if all(si == 1 for si in s) and tuple(phase_out) == tuple(input_shape[2:]):
+            return y  # stride 1: a single phase covering everything
+        dx = _new_output(input_shape, scale, out_dtype) if dx is None else dx
+        phase = tuple(slice(phi, None, s[i]) for i, (phi, _, _) in enumerate(combo))
+        dx[(slice(None), slice(None)) + phase] = y[(slice(None), slice(None)) + crop]
     return dx
 
 
