@@ -399,20 +399,28 @@ bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const O
         }
         return true;
     }
+    // ranges of rows, or of columns where B is the larger operand (a weight gradient's): each range packs the
+    // other operand whole
+    const bool by_cols = N > M;
+    const int64_t span = by_cols ? N : M;
     const int64_t want = long_k ? 1 : std::max<int64_t>(1, (4 * nt + batch.count - 1) / batch.count);
-    const int64_t step = ((M + want - 1) / want + 31) / 32 * 32, parts = (M + step - 1) / step;
+    const int64_t step = ((span + want - 1) / want + 31) / 32 * 32, parts = (span + step - 1) / step;
 #pragma omp parallel num_threads(nt)
     {
         bool configured = false;
 #pragma omp for schedule(static)
         for (int64_t u = 0; u < batch.count * parts; ++u) {
-            const int64_t j = u / parts, lo = u % parts * step, hi = std::min(M, lo + step);
+            const int64_t j = u / parts, lo = u % parts * step, hi = std::min(span, lo + step);
             if (!configured) configure_tiles(), configured = true;
             Operand aj = a, bj = b;
             aj.p += j * batch.a;
             bj.p += j * batch.b;
             const OutScale sj = !scale || scale.axis < 0 ? scale : OutScale{scale.v + j * (scale.axis == 0 ? M : N), scale.axis};
-            part(lo, hi, 0, N, 0, K, aj, bj, static_cast<int8_t*>(c) + j * batch.c * bytes, ldc, sj, bf16);
+            void* cj = static_cast<int8_t*>(c) + j * batch.c * bytes;
+            if (by_cols)
+                part(0, M, lo, hi, 0, K, aj, bj, cj, ldc, sj, bf16);
+            else
+                part(lo, hi, 0, N, 0, K, aj, bj, cj, ldc, sj, bf16);
         }
         if (configured) _tile_release();
     }
