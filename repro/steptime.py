@@ -36,6 +36,10 @@ MODELS = {
     "resnet18": torchvision.models.resnet18,
     "resnet50": torchvision.models.resnet50,
     "mobilenet_v2": torchvision.models.mobilenet_v2,
+    # grouped convolutions (issue 64's "depthwise and grouped" target): 4 to 32 channels a group
+    "resnext50_32x4d": torchvision.models.resnext50_32x4d,
+    "regnet_x_400mf": torchvision.models.regnet_x_400mf,
+    "regnet_y_400mf": torchvision.models.regnet_y_400mf,
 }
 PHASES = ("forward", "backward", "iteration")
 
