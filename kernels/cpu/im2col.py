@@ -137,10 +137,17 @@ def implicit_ok(channels: int) -> bool:
     return routes.native_gemm() and channels % 16 == 0
 
 
+def table_run_ok(run: int) -> bool:
+    """Whether the native GEMM reads an operand's k in runs of this many channels through a table: a
+    multiple of 16 (the vector GEMM's 16-byte loads stay inside one run), or on AMX tiles any 16 or more (a
+    masked load per run, gemm_amx.cpp)."""
+    return run % 16 == 0 or (run >= 16 and routes.native_amx())
+
+
 def group_block(groups: int, a: int, b: int) -> int | None:
     """Groups per native GEMM call for a grouped convolution of `a` input and `b` output channels per group,
-    on the implicit route (``implicit_ok``): a divisor of `groups` whose block has a multiple of 16 input
-    channels (the packing reads them in runs) and at most GROUP_BLOCK_CHANNELS channels either side; the
+    on the implicit route (``implicit_ok``): a divisor of `groups` whose block's input channels the packing
+    reads as runs (``table_run_ok``), with at most GROUP_BLOCK_CHANNELS channels either side; the
     smallest with 64 input channels or more (a whole tile's k from one tap), else the largest. None where no
     block fits, or the convolution is ungrouped. A block is one ungrouped product with a block-diagonal
     weight: the AMX tiles multiply its zeros faster than more calls would run (docs/measurements.md)."""
@@ -149,7 +156,7 @@ def group_block(groups: int, a: int, b: int) -> int | None:
     fits = [
         n
         for n in range(1, groups + 1)
-        if groups % n == 0 and n * a % 16 == 0 and n * max(a, b) <= GROUP_BLOCK_CHANNELS
+        if groups % n == 0 and n * max(a, b) <= GROUP_BLOCK_CHANNELS and table_run_ok(n * a)
     ]
     wide = [n for n in fits if n * a >= 64]
     return min(wide) if wide else max(fits, default=None)

@@ -479,7 +479,7 @@ def conv_input_grad(
             return _as_dtype(dx, out_scale, out_dtype)
     a, b = cin // groups, cout // groups
     blk = im2col.group_block(groups, a, b)
-    if blk is not None and blk * b % 16 == 0:
+    if blk is not None and im2col.table_run_ok(blk * b):
         return _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, out_scale, out_dtype)
     # grouped: the transposed weight, per group (b, a, *k) -> (a, b, *k), flipped by the tap order below
     # (ungrouped weights are built per phase by tap_major_transposed)
