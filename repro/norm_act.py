@@ -7,6 +7,7 @@ already activated. torchvision's ResNet blocks (BasicBlock, Bottleneck: ResNet, 
 one ReLU module after each inner BatchNorm and after the residual sum: the block's class is swapped for one
 whose forward lets the inner BatchNorms apply the ReLU, and its last BatchNorm (a ResidualBatchNorm2d) the
 sum with the shortcut and the ReLU after it; the ReLU module stays for where the backend does not fuse.
+RegNet's block (ResBottleneckBlock) is swapped alike: its transform's last BatchNorm takes the sum.
 ResNet's stem BatchNorm applies its ReLU, whose module is folded as in a Sequential.
 
 On a backend with fused kernels (kernels.cpu: `norm_act_supported`) a training step then reads and writes
@@ -24,6 +25,7 @@ import math
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
+from torchvision.models.regnet import ResBottleneckBlock
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
 import kernels
@@ -190,12 +192,27 @@ class FusedBottleneck(Bottleneck):
         return self.bn3.add_activate(out, identity, self.relu)
 
 
-# a block class: (its fused class, the BatchNorms its ReLU follows, the last one, which takes the sum)
+class FusedResBottleneckBlock(ResBottleneckBlock):
+    """torchvision's RegNet block (ResBottleneckBlock.forward) with f's last BatchNorm, f.c[1], the sum with
+    the shortcut and the ReLU after it (a ResidualBatchNorm2d; the projection runs after f instead of
+    before). f's inner BatchNorms apply their ReLUs as every Conv2dNormActivation's do."""
+
+    def forward(self, x):
+        out = x
+        for name, layer in self.f.named_children():
+            out = layer(out) if name != "c" else self.f.c[0](out)
+        identity = x if self.proj is None else self.proj(x)
+        return self.f.c[1].add_activate(out, identity, self.activation)
+
+
+# a block class: (its fused class, the BatchNorms its ReLU follows, the last one (takes the sum), its ReLU)
 BLOCKS = {
-    BasicBlock: (FusedBasicBlock, ("bn1",), "bn2"),
-    Bottleneck: (FusedBottleneck, ("bn1", "bn2"), "bn3"),
+    BasicBlock: (FusedBasicBlock, ("bn1",), "bn2", "relu"),
+    Bottleneck: (FusedBottleneck, ("bn1", "bn2"), "bn3", "relu"),
+    # f.a, f.b: Conv2dNormActivation, fused as Sequentials; f.c: (Conv2d, BatchNorm2d) without activation
+    ResBottleneckBlock: (FusedResBottleneckBlock, (), "f.c.1", "activation"),
 }
-UNFUSED_BLOCKS = {fused: block for block, (fused, _, _) in BLOCKS.items()}
+UNFUSED_BLOCKS = {fused: block for block, (fused, *_) in BLOCKS.items()}
 # a model class whose forward calls a BatchNorm then an activation module used nowhere else: their names
 STEMS = {ResNet: ("bn1", "relu")}
 
@@ -230,17 +247,27 @@ def fuse_norm_activations(model: nn.Module) -> int:
             act.__class__ = FOLDED[type(act)]
             fused += 1
     for block in model.modules():
-        fused_class, names, last = BLOCKS.get(type(block), (None, (), None))
-        norms = [getattr(block, name) for name in names]
-        if fused_class and type(block.relu) is nn.ReLU and all(type(n) is nn.BatchNorm2d for n in norms):
-            if type(getattr(block, last)) is not nn.BatchNorm2d:
-                continue
-            for norm in norms:
-                _fuse(norm, nn.ReLU)
-            getattr(block, last).__class__ = ResidualBatchNorm2d
-            block.__class__ = fused_class
-            fused += len(norms) + 1
+        fused_class, names, last, act = BLOCKS.get(type(block), (None, (), None, None))
+        if fused_class is None or type(getattr(block, act)) is not nn.ReLU:
+            continue
+        norms = [block.get_submodule(name) for name in names]
+        if not all(type(n) is nn.BatchNorm2d for n in norms) or not _residual_norm(block, last):
+            continue
+        for norm in norms:
+            _fuse(norm, nn.ReLU)
+        block.get_submodule(last).__class__ = ResidualBatchNorm2d
+        block.__class__ = fused_class
+        fused += len(norms) + 1
     return fused
+
+
+def _residual_norm(block: nn.Module, last: str) -> bool:
+    """Whether the block's last BatchNorm is a plain one, and in a RegNet block the last of f.c's two."""
+    if type(block.get_submodule(last)) is not nn.BatchNorm2d:
+        return False
+    if isinstance(block, ResBottleneckBlock):  # f.c must be the convolution and this BatchNorm alone
+        return len(block.f.c) == 2 and list(block.f.named_children())[-1][0] == "c"
+    return True
 
 
 def unfuse_norm_activations(model: nn.Module) -> None:

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 import torchvision
 from torch import nn
+from torchvision.models.regnet import ResBottleneckBlock
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 import kernels.cpu as cpu
@@ -22,6 +23,7 @@ from repro.norm_act import (
     FusedBasicBlock,
     FusedBatchNorm2d,
     FusedBottleneck,
+    FusedResBottleneckBlock,
     ResidualBatchNorm2d,
     fuse_norm_activations,
 )
@@ -419,15 +421,41 @@ def test_quantize_model_fuses_resnet_blocks_and_keeps_state_dict(name, fused, bl
     assert not any(isinstance(m, (FusedBatchNorm2d, ResidualBatchNorm2d)) for m in model.modules())
 
 
-@pytest.mark.parametrize("block", ["basic", "bottleneck"])
+def test_quantize_model_fuses_regnet_blocks_and_keeps_state_dict():
+    """RegNet's blocks: the transform's inner BatchNorms apply their ReLUs (Conv2dNormActivation), its last
+    takes the sum with the shortcut and the ReLU after it; fuse_norm=False gives every class back."""
+    torch.manual_seed(0)
+    model = torchvision.models.regnet_y_400mf(num_classes=4)
+    keys = list(model.state_dict())
+    quantize_model(model, "gq")
+    blocks = [m for m in model.modules() if isinstance(m, ResBottleneckBlock)]
+    assert blocks and all(type(b) is FusedResBottleneckBlock for b in blocks)
+    assert all(type(b.f.c[1]) is ResidualBatchNorm2d and type(b.f.b[1]) is FusedBatchNorm2d for b in blocks)
+    assert all(type(b.activation) is nn.ReLU for b in blocks)
+    assert list(model.state_dict()) == keys
+    quantize_model(model, "gq", fuse_norm=False)
+    assert all(type(m) is ResBottleneckBlock for m in model.modules() if isinstance(m, ResBottleneckBlock))
+    assert not any(isinstance(m, (FusedBatchNorm2d, ResidualBatchNorm2d)) for m in model.modules())
+
+
+def _regnet_block(shortcut: str, se: bool) -> nn.Module:
+    """A RegNet block of 16 channels in groups of 8: a projection (stride 2, 32 out) or the identity."""
+    out, stride = (32, 2) if shortcut == "downsample" else (16, 1)
+    return ResBottleneckBlock(16, out, stride, nn.BatchNorm2d, nn.ReLU, 8, 1.0, 0.25 if se else None)
+
+
+@pytest.mark.parametrize("block", ["basic", "bottleneck", "regnet", "regnet-se"])
 @pytest.mark.parametrize("shortcut", ["downsample", "identity"])
 def test_a_fused_resnet_block_trains_as_torchs(block, shortcut, monkeypatch):
     """The fused block's forward is torchvision's with the inner ReLUs inside the BatchNorms and the last
     BatchNorm, the sum and the ReLU in one op: the same values, gradients and running statistics, with a
-    downsampling shortcut or none, through the kernels. The float sums run in another order than torch's:
+    downsampling shortcut or none, through the kernels; ResNet's blocks and RegNet's, with and without
+    squeeze-excitation. The float sums run in another order than torch's:
     each tensor is as close to the float64 block's as torch's float32 one is (within 3x)."""
     torch.manual_seed(0)
-    if shortcut == "downsample":
+    if block.startswith("regnet"):
+        ref = _regnet_block(shortcut, block == "regnet-se")
+    elif shortcut == "downsample":
         downsample = nn.Sequential(nn.Conv2d(16, 32, 1, stride=2, bias=False), nn.BatchNorm2d(32))
         ref = BasicBlock(16, 32, 2, downsample) if block == "basic" else Bottleneck(16, 8, 2, downsample)
     else:
