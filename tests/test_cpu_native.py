@@ -661,23 +661,26 @@ def test_native_implicit_im2col_products_are_exact(
 
 
 @pytest.mark.parametrize(
-    "n,cin,cout,groups,spatial,k,s,p",
+    "n,cin,cout,groups,spatial,k,s,p,d",
     [
-        (2, 64, 64, 16, (7, 7), 3, 1, 1),  # 4 channels a group: one block of 16 groups, 64 channels
-        (2, 32, 32, 2, (9, 8), 3, 2, 1),  # two groups of 16 in one block of 32 channels; stride phases
-        (2, 80, 80, 5, (6, 6), 3, 1, 1),  # five groups of 16: one block of 80 channels
-        (3, 256, 512, 64, (5, 5), 3, 1, 1),  # 4 -> 8 channels: four blocks of 16 groups
-        (2, 48, 96, 3, (5, 5), 1, 1, 0),  # a grouped 1x1
-        (2, 64, 64, 4, (9,), 3, 1, 1),  # 1-D
-        (1, 32, 64, 2, (4, 4, 3), 3, 1, 1),  # 3-D
-        (8, 128, 128, 32, (24, 24), 3, 1, 1),  # weight gradient: a long reduction, two blocks each split
-        (8, 256, 256, 64, (24, 24), 3, 1, 1),  # ... four blocks, whole blocks a thread
-        (2, 104, 104, 13, (9, 9), 3, 2, 1),  # RegNetY's 8 channels a group: 104-channel runs, AMX tiles only
+        (2, 64, 64, 16, (7, 7), 3, 1, 1, 1),  # 4 channels a group: one block of 16 groups, 64 channels
+        (2, 32, 32, 2, (9, 8), 3, 2, 1, 1),  # two groups of 16 in one block of 32 channels; stride phases
+        (2, 80, 80, 5, (6, 6), 3, 1, 1, 1),  # five groups of 16: one block of 80 channels
+        (3, 256, 512, 64, (5, 5), 3, 1, 1, 1),  # 4 -> 8 channels: four blocks of 16 groups
+        (2, 48, 96, 3, (5, 5), 1, 1, 0, 1),  # a grouped 1x1
+        (2, 64, 64, 4, (9,), 3, 1, 1, 1),  # 1-D
+        (1, 32, 64, 2, (4, 4, 3), 3, 1, 1, 1),  # 3-D
+        (8, 128, 128, 32, (24, 24), 3, 1, 1, 1),  # weight gradient: a long reduction, two blocks each split
+        (8, 256, 256, 64, (24, 24), 3, 1, 1, 1),  # ... four blocks, whole blocks a thread
+        (2, 104, 104, 13, (9, 9), 3, 2, 1, 1),  # RegNetY's 8 channels a group: AMX tiles only
+        (2, 32, 64, 2, (8, 8), 2, 2, 0, 1),  # an even kernel: phases of one tap each
+        (2, 32, 32, 2, (13, 13), 5, 3, 2, 1),  # a stride 3: nine phases
+        (2, 64, 64, 16, (11, 11), 3, 2, 2, 2),  # dilated
     ],
     ids=str,
 )
 def test_grouped_products_on_the_native_gemm_are_exact(
-    monkeypatch, gemm_kernel, n, cin, cout, groups, spatial, k, s, p
+    monkeypatch, gemm_kernel, n, cin, cout, groups, spatial, k, s, p, d
 ):
     """Grouped convolutions whose blocks of groups have a multiple of 16 input channels (im2col.group_block)
     run one native GEMM call for all blocks, each an ungrouped product with a block-diagonal weight reading
@@ -696,7 +699,7 @@ def test_grouped_products_on_the_native_gemm_are_exact(
         cpu.products, "dequantize", lambda *a, **kw: passes.append(1) or real_dequantize(*a, **kw)
     )
     nd = len(spatial)
-    geo = ([s] * nd, [p] * nd, [1] * nd, groups)
+    geo = ([s] * nd, [p] * nd, [d] * nd, groups)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # the threads' shares of blocks and rows
     try:
@@ -714,7 +717,7 @@ def test_grouped_products_on_the_native_gemm_are_exact(
         dw = reference.conv_weight_grad(xr, g.contiguous(), w.shape, *geo)
         scale, per_channel = torch.tensor(3.0e-5), (torch.rand(cout, generator=gen) + 0.5) * 1e-5
         assert torch.equal(cpu.conv_forward(x, w, *geo), y)
-        kept = cpu.known.recall(w).block_diagonal[1]  # the forward pass's operands, for the input gradient
+        kept = cpu.known.recall(w).block_diagonal[2]  # the forward pass's operands, for the input gradient
         made = []
         real_operands = cpu.im2col.block_diagonal
         monkeypatch.setattr(

@@ -168,8 +168,8 @@ def block_diagonal(wq: torch.Tensor, groups: int, blk: int) -> torch.Tensor:
     (group in block, output channel): each group's weight on the diagonal, zeros elsewhere. Kept with wq
     (kernels.cpu.known) for its input gradient, which reads it transposed."""
     facts = known.recall(wq)
-    if facts is not None and facts.block_diagonal is not None and facts.block_diagonal[0] == blk:
-        return facts.block_diagonal[1]
+    if facts is not None and facts.block_diagonal is not None and facts.block_diagonal[:2] == (groups, blk):
+        return facts.block_diagonal[2]
     cout, a, *k = wq.shape
     b, ntap, nblocks = cout // groups, math.prod(k), groups // blk
     wm = wq.movedim(1, -1).reshape(nblocks, blk, b, ntap, a)
@@ -177,7 +177,7 @@ def block_diagonal(wq: torch.Tensor, groups: int, blk: int) -> torch.Tensor:
     wbd.diagonal(dim1=2, dim2=4).copy_(wm.permute(0, 3, 4, 2, 1))
     wbd = wbd.view(nblocks, ntap * blk * a, blk * b)
     if not wq.is_inference():  # kept for the input gradient (an inference tensor has no version counter)
-        known.remember(wq, dataclasses.replace(facts or known.Facts(), block_diagonal=(blk, wbd)))
+        known.remember(wq, dataclasses.replace(facts or known.Facts(), block_diagonal=(groups, blk, wbd)))
     return wbd
 
 

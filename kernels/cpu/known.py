@@ -28,9 +28,10 @@ class Facts:
     # (t zero-padded by `padding` on each side of its spatial dims, padding): an int8 convolution's padded
     # input, made in the forward pass and read again by its weight gradient (kernels.cpu.im2col.pad_zero)
     padded: tuple[torch.Tensor, tuple[int, ...]] | None = None
-    # (blk, operands): a grouped weight's block-diagonal GEMM operands (kernels.cpu.im2col.block_diagonal),
-    # made by the forward pass and read again, transposed through tables, by the input gradient
-    block_diagonal: tuple[int, torch.Tensor] | None = None
+    # (groups, blk, operands): a grouped weight's block-diagonal GEMM operands (kernels.cpu.im2col.
+    # block_diagonal), made by the forward pass and read again, transposed through tables, by the input
+    # gradient
+    block_diagonal: tuple[int, int, torch.Tensor] | None = None
 
 
 _ENTRIES: dict[int, tuple[weakref.ref, int, int, Facts]] = {}
