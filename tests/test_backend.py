@@ -394,6 +394,7 @@ def guard(request, monkeypatch):
     monkeypatch.setattr(routes, "onednn_bounded", lambda: request.param == "bounded")
     # oneDNN is what these tests check: the convolutions the AMX GEMM would take stay on it
     monkeypatch.setattr(routes, "native_conv_on_amx", lambda cin, groups: False)
+    monkeypatch.setattr(routes, "native_grouped_conv", lambda cin, cout, groups: False)
     return request.param
 
 

@@ -225,8 +225,8 @@ def conv_exact(
     if routes.native_depthwise(nd, groups, cin, cout):
         return native.depthwise_forward(xq, wq, s, p, d, out, scale)
     implicit = groups == 1 and implicit_ok(cin)
-    blk = group_block(groups, cin // groups, cout // groups)
-    if blk is not None:
+    if routes.native_grouped_conv(cin, cout, groups):
+        blk = group_block(groups, cin // groups, cout // groups)
         return _implicit_grouped(xq, wq, p, s, d, out, groups, blk, scale, out_dtype)
     # the input gradient's TapMajor weight: its operand read through a table of rows where the implicit
     # route reads it, else the weight made (kernels.cpu.products)

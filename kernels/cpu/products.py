@@ -165,7 +165,7 @@ def _conv_int(
     to_im2col = to_im2col or routes.native_conv_on_amx(xq.shape[1], groups)
     # grouped: the AMX GEMM's blocks of groups (im2col.group_block), where oneDNN's grouped int8 convolutions
     # ran at 0.2-0.6x bf16's time (docs/measurements.md)
-    to_im2col = to_im2col or (groups > 1 and routes.native_grouped_conv(xq.shape[1], wq.shape[0], groups))
+    to_im2col = to_im2col or routes.native_grouped_conv(xq.shape[1], wq.shape[0], groups)
     pointwise_blocks = None  # a 1x1 oneDNN takes from im2col_route: its weight's one proven block
     if not to_im2col and routes.im2col_route(k, p, out, groups):
         wq = _weight(wq)
@@ -478,7 +478,7 @@ def conv_input_grad(
         if dx is not None:
             return _as_dtype(dx, out_scale, out_dtype)
     a, b = cin // groups, cout // groups
-    blk = im2col.group_block(groups, a, b)
+    blk = im2col.group_block(groups, a, b) if routes.native_grouped_conv(cin, cout, groups) else None
     if blk is not None and im2col.table_run_ok(blk * b):
         return _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, out_scale, out_dtype)
     # grouped: the transposed weight, per group (b, a, *k) -> (a, b, *k), flipped by the tap order below
@@ -649,8 +649,8 @@ def conv_weight_grad(
         dw = _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out, scale)
         if dw is not None:
             return dw
-    blk = im2col.group_block(groups, a, b)
-    if blk is not None:
+    if routes.native_grouped_conv(cin, cout, groups):
+        blk = im2col.group_block(groups, a, b)
         return _implicit_grouped_weight_grad(xq, gq, weight_shape, p, s, d, out, groups, blk, scale)
     # groups per matmul: blk groups together give a (blk*a, blk*b) product whose diagonal blocks are
     # the per-group results (the batched exact formulation for depthwise and other many-group convs)
