@@ -49,7 +49,7 @@ Which torch ops run (timings: ``python -m kernels.bench.layers``):
 * Other grouped convolutions whose blocks of groups have a multiple of 16 input channels (``im2col.
   group_block``), on the native GEMM's route: all three passes as one batched native GEMM call, each block
   of groups an ungrouped product with a block-diagonal weight, its input read in place through the implicit
-  tables (``routes.native_grouped_conv``; oneDNN's grouped int8 convolutions ran at 0.2-0.6x bf16's time on
+  tables (``routes.native_grouped_conv``; oneDNN's grouped int8 convolutions ran at 0.2-0.7x bf16's speed on
   an Intel AMX Xeon, docs/measurements.md).
 * ``linear_*``: ``torch._int_mm``.
 
@@ -164,7 +164,7 @@ def _conv_int(
     to_im2col = depthwise or not routes.onednn_exact()
     to_im2col = to_im2col or routes.native_conv_on_amx(xq.shape[1], groups)
     # grouped: the AMX GEMM's blocks of groups (im2col.group_block), where oneDNN's grouped int8 convolutions
-    # ran at 0.2-0.6x bf16's time (docs/measurements.md)
+    # ran at 0.2-0.7x bf16's speed (docs/measurements.md)
     to_im2col = to_im2col or routes.native_grouped_conv(xq.shape[1], wq.shape[0], groups)
     pointwise_blocks = None  # a 1x1 oneDNN takes from im2col_route: its weight's one proven block
     if not to_im2col and routes.im2col_route(k, p, out, groups):

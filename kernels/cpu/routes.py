@@ -207,7 +207,7 @@ def native_grouped_conv(cin: int, cout: int, groups: int) -> bool:
     """Whether a grouped (not depthwise) convolution runs on the native GEMM, all three passes: one call a
     pass for its blocks of groups, each an ungrouped product with a block-diagonal weight (im2col.
     group_block), where a block fits; on AMX instead of oneDNN, whose grouped int8 convolutions ran at
-    0.2-0.6x bf16's speed on an Intel AMX Xeon (docs/measurements.md)."""
+    0.2-0.7x bf16's speed on an Intel AMX Xeon (docs/measurements.md)."""
     from .im2col import group_block  # (im2col imports this module)
 
     return groups > 1 and native_gemm() and group_block(groups, cin // groups, cout // groups) is not None
