@@ -416,11 +416,8 @@ void rq_gemm_s8_tables(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t
         rq::gemm_amx_batch(rq::Batch{batch, a_step, b_step, c_step}, M, N, K, a, b, C, ldc, s, bf16 != 0))
         return;
     for (int64_t j = 0; j < batch; ++j) {  // one item after another, each on every thread
-        rq::Operand aj = a, bj = b;
-        aj.p += j * a_step;
-        bj.p += j * b_step;
-        const rq::OutScale sj = !s || s.axis < 0 ? s : rq::OutScale{s.v + j * (s.axis == 0 ? M : N), s.axis};
-        rq::gemm_out(M, N, K, aj, bj, static_cast<int8_t*>(C) + j * c_step * (bf16 ? 2 : 4), ldc, sj, bf16 != 0);
+        const rq::BatchItem item(rq::Batch{batch, a_step, b_step, c_step}, j, M, N, a, b, C, bf16 ? 2 : 4, s);
+        rq::gemm_out(M, N, K, item.a, item.b, item.c, ldc, item.scale, bf16 != 0);
     }
 }
 

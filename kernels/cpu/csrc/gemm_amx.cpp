@@ -381,8 +381,6 @@ bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const O
                     int64_t ldc, OutScale scale, bool bf16) {
     if (batch.count == 1) return gemm_amx(M, N, K, a, b, c, ldc, scale, bf16);
     if (!amx_usable()) return false;
-    // units of work: an item's rows in parts of whole 32-row blocks, about 4 units a thread (a block's items
-    // are small: one call for them all, not one per item, and no thread idles while items remain)
     const int nt = (double)M * N * K * batch.count < (double)(1 << 22) ? 1 : std::max(1, omp_get_max_threads());
     const int64_t bytes = bf16 ? 2 : 4;
     // a long reduction into a small C (a weight gradient): B is the large operand, and every row range would
@@ -391,16 +389,14 @@ bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const O
     const bool long_k = K >= 8 * std::max(M, N) && K >= 64 * TK;
     if (long_k && batch.count < 2 * nt) {
         for (int64_t j = 0; j < batch.count; ++j) {
-            Operand aj = a, bj = b;
-            aj.p += j * batch.a;
-            bj.p += j * batch.b;
-            const OutScale sj = !scale || scale.axis < 0 ? scale : OutScale{scale.v + j * (scale.axis == 0 ? M : N), scale.axis};
-            gemm_amx(M, N, K, aj, bj, static_cast<int8_t*>(c) + j * batch.c * bytes, ldc, sj, bf16);
+            const BatchItem item(batch, j, M, N, a, b, c, bytes, scale);
+            gemm_amx(M, N, K, item.a, item.b, item.c, ldc, item.scale, bf16);
         }
         return true;
     }
-    // ranges of rows, or of columns where B is the larger operand (a weight gradient's): each range packs the
-    // other operand whole
+    // units of work: an item's rows, or its columns where B is the larger operand (a weight gradient's), in
+    // parts of whole 32-row blocks, about 4 units a thread (a block's items are small: one call for them all,
+    // and no thread idles while items remain); each part packs the other operand whole
     const bool by_cols = N > M;
     const int64_t span = by_cols ? N : M;
     const int64_t want = long_k ? 1 : std::max<int64_t>(1, (4 * nt + batch.count - 1) / batch.count);
@@ -412,15 +408,11 @@ bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const O
         for (int64_t u = 0; u < batch.count * parts; ++u) {
             const int64_t j = u / parts, lo = u % parts * step, hi = std::min(span, lo + step);
             if (!configured) configure_tiles(), configured = true;
-            Operand aj = a, bj = b;
-            aj.p += j * batch.a;
-            bj.p += j * batch.b;
-            const OutScale sj = !scale || scale.axis < 0 ? scale : OutScale{scale.v + j * (scale.axis == 0 ? M : N), scale.axis};
-            void* cj = static_cast<int8_t*>(c) + j * batch.c * bytes;
+            const BatchItem item(batch, j, M, N, a, b, c, bytes, scale);
             if (by_cols)
-                part(0, M, lo, hi, 0, K, aj, bj, cj, ldc, sj, bf16);
+                part(0, M, lo, hi, 0, K, item.a, item.b, item.c, ldc, item.scale, bf16);
             else
-                part(lo, hi, 0, N, 0, K, aj, bj, cj, ldc, sj, bf16);
+                part(lo, hi, 0, N, 0, K, item.a, item.b, item.c, ldc, item.scale, bf16);
         }
         if (configured) _tile_release();
     }

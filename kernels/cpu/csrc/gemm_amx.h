@@ -23,6 +23,20 @@ struct Batch {
     int64_t count = 1, a = 0, b = 0, c = 0;
 };
 
+// Item j of a batch: its operands, its output (elements of `bytes`) and its scale
+struct BatchItem {
+    Operand a, b;
+    void* c;
+    OutScale scale;
+    BatchItem(const Batch& batch, int64_t j, int64_t M, int64_t N, const Operand& a0, const Operand& b0, void* c0,
+              int64_t bytes, OutScale s)
+        : a(a0), b(b0), c(static_cast<int8_t*>(c0) + j * batch.c * bytes), scale(s) {
+        a.p += j * batch.a;
+        b.p += j * batch.b;
+        if (s && s.axis >= 0) scale.v += j * (s.axis == 0 ? M : N);
+    }
+};
+
 // gemm_amx for every item of `batch` in one parallel region, the threads sharing out items and row ranges
 bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c,
                     int64_t ldc, OutScale scale, bool bf16);
