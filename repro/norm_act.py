@@ -199,8 +199,9 @@ class FusedResBottleneckBlock(ResBottleneckBlock):
 
     def forward(self, x):
         out = x
-        for name, layer in self.f.named_children():
-            out = layer(out) if name != "c" else self.f.c[0](out)
+        for layer in list(self.f.children())[:-1]:  # a, b and se where there is one; c last (_residual_norm)
+            out = layer(out)
+        out = self.f.c[0](out)
         identity = x if self.proj is None else self.proj(x)
         return self.f.c[1].add_activate(out, identity, self.activation)
 

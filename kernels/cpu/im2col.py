@@ -144,6 +144,7 @@ def table_run_ok(run: int) -> bool:
     return run % 16 == 0 or (run >= 16 and routes.native_amx())
 
 
+@functools.cache  # (asked several times a pass; routes.clear_route_caches clears it with the routes)
 def group_block(groups: int, a: int, b: int) -> int | None:
     """Groups per native GEMM call for a grouped convolution of `a` input and `b` output channels per group,
     on the implicit route (``implicit_ok``): a divisor of `groups` whose block's input channels the packing

@@ -566,7 +566,7 @@ def _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, scale
         native.gemm_tables(ymat.shape[0], ca, math.prod(sub) * cb, gp, (0, rows, 1), (0, g_taps, cb), wbd,
                            b_k, (cb, None, 1), ymat, cin, scale, batch=batch)  # fmt: skip
         crop = tuple(slice(plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
-        if all(si == 1 for si in s) and tuple(phase_out) == tuple(input_shape[2:]):
+        if all(si == 1 for si in s) and phase_out == input_shape[2:]:
             return y  # stride 1: a single phase covering everything
         dx = _new_output(input_shape, scale, out_dtype) if dx is None else dx
         phase = tuple(slice(phi, None, s[i]) for i, (phi, _, _) in enumerate(combo))

@@ -169,6 +169,9 @@ def clear_route_caches() -> None:
         onednn_bounded,
     ):
         probe.cache_clear()
+    from .im2col import group_block  # (im2col imports this module)
+
+    group_block.cache_clear()  # it reads native_gemm and native_amx
     onednn.REFUSED.clear()
 
 
