@@ -568,6 +568,8 @@ def test_native_pointwise_products_are_exact(monkeypatch, gemm_kernel, n, cin, c
     [
         (2, 16, 24, (9, 7), 3, 1, 1, 1),
         (3, 32, 16, (11, 10), 3, 2, 1, 1),  # the input gradient's stride phases
+        (2, 32, 32, (9, 9), 1, 2, 0, 1),  # 1x1, stride 2: one phase has taps, the others stay zero
+        (2, 16, 32, (12, 11), 5, 3, 2, 1),  # stride 3: nine phases of different sizes and paddings
         (2, 16, 40, (8, 8), 3, 1, 2, 2),
         (8, 16, 8, (16, 16), 3, 1, 1, 1),  # a weight gradient in the (taps * Cin, Cout) orientation
         (1, 32, 64, (3, 3), 3, 1, 1, 1),  # ... and in the wide one, (Cout, taps * Cin)
@@ -586,12 +588,18 @@ def test_native_implicit_im2col_products_are_exact(
     input itself (im2col.implicit_columns, native.gemm_tables): every pass equals the reference bit for bit
     (with out_scale, the reference and the epilogue), with the strides and view-ness of the copied-columns
     path, whose GEMMs it replaces. The input gradient reads the weight itself through a table of its rows
-    (products.TapMajor), without the transposed copy the other routes make."""
+    (products.TapMajor), without the transposed copy the other routes make; a strided one writes each phase
+    straight into its positions of dx (the GEMM's row table of C)."""
     monkeypatch.setenv("REPRO_CPU_GEMM", "native")
     cpu.clear_route_caches()
-    calls, transposed = [], []
+    calls, transposed, row_tables = [], [], []
     real = native.gemm_tables
-    monkeypatch.setattr(native, "gemm_tables", lambda *a, **kw: calls.append(a[:3]) or real(*a, **kw))
+
+    def spy(*a, **kw):
+        calls.append(a[:3]), row_tables.append(kw.get("c_rows") is not None)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(native, "gemm_tables", spy)
     real_transposed = cpu.products.tap_major_transposed
     monkeypatch.setattr(
         cpu.products, "tap_major_transposed", lambda *a: transposed.append(1) or real_transposed(*a)
@@ -626,12 +634,13 @@ def test_native_implicit_im2col_products_are_exact(
         }
         got, tables_used, every_call = {}, {}, []
         for what, call in passes.items():
-            calls.clear(), transposed.clear()
+            calls.clear(), transposed.clear(), row_tables.clear()
             got[what] = call()
             tables_used[what] = bool(calls)
             every_call += calls
             if what.startswith("input grad"):
                 assert bool(transposed) == (cout % 16 != 0), what
+                assert all(written_in_place == (s > 1) for written_in_place in row_tables), what
         assert len(every_call) >= (2 if cin % 16 == 0 else 0) and (
             cin % 16 == 0 or all(c[2] % 16 == 0 for c in every_call)
         )

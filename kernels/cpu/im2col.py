@@ -203,8 +203,45 @@ def implicit_columns(xp: torch.Tensor, k, s, d, out) -> tuple[torch.Tensor, torc
     return _column_tables(tuple(xp.shape), tuple(xp.stride()), tuple(k), tuple(s), tuple(d), tuple(out))
 
 
+def padded_from(xq: torch.Tensor, p, pad_to) -> torch.Tensor:
+    """xq zero-padded by p: pad_zero's copy, or the corner of its copy padded by pad_to (>= p) that starts p
+    before x (a view: the tables read it through its strides and data pointer)."""
+    if pad_to is None or tuple(pad_to) == tuple(p):
+        return pad_zero(xq, p)
+    xp = pad_zero(xq, pad_to)
+    return xp[(slice(None), slice(None), *(slice(b - a, None) for a, b in zip(p, pad_to, strict=True)))]
+
+
+@functools.lru_cache(maxsize=64)
+def _window_table_cache(shape, strides, k, s, d, out, crop, dst_shape, dst_strides):
+    rows, taps = _column_tables(shape, strides, k, s, d, out)
+    window = (slice(None), *(slice(a, b) for a, b in crop))
+    rows = rows.view(shape[0], *out)[window].flatten()
+    c_rows = torch.zeros(1, dtype=torch.int64)
+    for size, stride in zip((dst_shape[0], *dst_shape[2:]), (dst_strides[0], *dst_strides[2:]), strict=True):
+        c_rows = (c_rows[..., None] + torch.arange(size, dtype=torch.int64) * stride).flatten()
+    return rows, taps, c_rows
+
+
+def window_tables(xp, k, s, d, out, crop, dst) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """implicit_columns' tables for the output positions in the window ``crop`` only, and the element offsets
+    of those positions' rows in ``dst`` (channels innermost): the GEMM's A and C row tables. Cached."""
+    return _window_table_cache(tuple(xp.shape), tuple(xp.stride()), tuple(k), tuple(s), tuple(d), tuple(out),
+                               tuple(crop), tuple(dst.shape), tuple(dst.stride()))  # fmt: skip
+
+
 def conv_exact(
-    xq: torch.Tensor, wq: torch.Tensor, s, p, d, groups: int, scale=None, out_dtype=torch.float32
+    xq: torch.Tensor,
+    wq: torch.Tensor,
+    s,
+    p,
+    d,
+    groups: int,
+    scale=None,
+    out_dtype=torch.float32,
+    dst=None,
+    crop=None,
+    pad_to=None,
 ) -> torch.Tensor:
     """Exact convolution by im2col + _int_mm over batch chunks (ungrouped, on the native route with a multiple
     of 16 channels: one GEMM reading the padded input, ``implicit_columns``), channels-last int32 output (with
@@ -213,7 +250,17 @@ def conv_exact(
     Groups are done blk at a time with a block-diagonal weight (zeros between the groups), so that
     depthwise convolutions are batched matmuls too; on the native route, blocks of 16n input channels
     (group_block) as one batched GEMM call reading the padded input in place (_implicit_grouped).
+
+    ``dst``, ``crop`` (one (start, stop) per spatial dimension): the window ``crop`` of the result written
+    into the view ``dst`` (of the result's dtype, channels innermost) and returned: an input gradient's phase
+    into its strided positions of dx. The implicit route computes only the window's rows and writes them in
+    place (the GEMM's row table); the others copy the window out of the whole result. ``pad_to``: pad x by
+    this much (at least p) and read it from the corner that padding by p would give, so that phases of
+    different padding share one padded copy.
     """
+    if dst is not None and not (groups == 1 and implicit_ok(xq.shape[1]) and dst.stride(1) == 1):
+        y = conv_exact(xq, wq, s, p, d, groups, scale, out_dtype)
+        return dst.copy_(y[(slice(None), slice(None), *(slice(a, b) for a, b in crop))])
     if scale is not None and out_dtype != torch.float32 and not routes.native_gemm():
         # bfloat16 from _int_mm's int32 in one pass, not the float32 epilogue's pass and a conversion after it
         return dequantize(conv_exact(xq, wq, s, p, d, groups), scale, dtype=out_dtype)
@@ -247,22 +294,31 @@ def conv_exact(
         # weights as (Cout, prod(k) * a) with columns (k..., c), the order of the channels-last im2col
         wm = wq.movedim(1, -1).reshape(cout, ntap, a).contiguous()
     fused = scale is not None and groups == 1  # the grouped products below are assembled in int32
-    if fused and out_dtype == torch.bfloat16:  # the native GEMM rounds its scaled result itself
+    if dst is not None:
+        y = ymat = None  # (written into dst)
+    elif fused and out_dtype == torch.bfloat16:  # the native GEMM rounds its scaled result itself
         y = empty_cl((n, cout, *out), out_dtype)
     else:
         y = empty_cl((n, cout, *out), torch.int32)
         y = native.as_float_view(y) if fused else y
-    ymat = y.movedim(1, -1).view(n * npos, cout)  # rows (n, o...), contiguous
+    if y is not None:
+        ymat = y.movedim(1, -1).view(n * npos, cout)  # rows (n, o...), contiguous
     if implicit:  # one GEMM over the whole batch, its packing reading xp itself
-        xp = pad_zero(as_cl(xq), p)  # channels-last: the channels contiguous, as the tables need
-        rows, taps = implicit_columns(xp, k, s, d, out)
-        a_m, a_k = (0, rows, 1), (0, taps, cin)
+        xp = padded_from(as_cl(xq), p, pad_to)  # channels-last: the channels contiguous, as the tables need
         if b_rows is not None:
             table, stride = b_rows
             b_k, b_n = (0, table, 1), (stride, None, 1)
         else:
             b_k, b_n = (wb.stride(0), None, 1), (wb.stride(1), None, 1)
-        native.gemm_tables(n * npos, cout, ntap * cin, xp, a_m, a_k, wb, b_k, b_n, ymat, cout, scale)
+        if dst is not None:  # the window's rows alone, each written to its place in dst
+            rows, taps, c_rows = window_tables(xp, k, s, d, out, tuple(crop), dst)
+            native.gemm_tables(rows.numel(), cout, ntap * cin, xp, (0, rows, 1), (0, taps, cin), wb, b_k, b_n,
+                               dst, cout, scale, c_rows=c_rows)  # fmt: skip
+            return dst
+        rows, taps = implicit_columns(xp, k, s, d, out)
+        native.gemm_tables(
+            n * npos, cout, ntap * cin, xp, (0, rows, 1), (0, taps, cin), wb, b_k, b_n, ymat, cout, scale
+        )
         return y
     chunk = routes.batch_chunk(n, npos * ntap * cin, IM2COL_CHUNK_BYTES)
     for n0 in range(0, n, chunk):

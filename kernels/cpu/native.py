@@ -87,14 +87,17 @@ def gemm_rows(m, n, k, a, sam, sak, b, sbk, sbn, out, ldc, scale=None, scale_axi
                          scale_ptr, scale_axis, _bf16_flag(out))  # fmt: skip
 
 
-def gemm_tables(m, n, k, a, a_m, a_k, b, b_k, b_n, out, ldc, scale=None, scale_axis=-1, batch=None) -> None:
+def gemm_tables(m, n, k, a, a_m, a_k, b, b_k, b_n, out, ldc, scale=None, scale_axis=-1, batch=None,
+                c_rows=None) -> None:  # fmt: skip
     """rq_gemm_s8 with axes read through tables: C (m, n) = A . B, element (i, j) of an operand at
     data_ptr + off_row(i) + off_col(j), each axis given as ``(stride, None, 1)`` (off(v) = v * stride) or
     ``(0, table, run)`` (off(v) = table[v // run] + v % run, table an int64 tensor): the implicit im2col
     (``im2col.implicit_columns``). ``out`` int32, or float32 or bfloat16 with ``scale`` (as gemm_rows).
     ``batch``: (count, a_step, b_step, c_step), `count` such products in one call, item j's A and B at
     data_ptr + j * step (bytes) and C at j * c_step elements on; a per-row or per-column scale then holds
-    count * m or count * n values (a grouped convolution's blocks of groups)."""
+    count * m or count * n values (a grouped convolution's blocks of groups). ``c_rows``: an int64 tensor of
+    m element offsets, C's row i at out's data_ptr + c_rows[i] (each item's) instead of i * ldc: an input
+    gradient's phase written into its strided positions of dx (kernels.cpu.products)."""
     count, *steps = batch if batch is not None else (1, 0, 0, 0)
     scale = _scale_values(scale, scale_axis, m * count, n * count)
 
@@ -103,9 +106,10 @@ def gemm_tables(m, n, k, a, a_m, a_k, b, b_k, b_n, out, ldc, scale=None, scale_a
         return stride, None if table is None else table.data_ptr(), run
 
     scale_ptr = None if scale is None else scale.data_ptr()
+    rows_ptr = None if c_rows is None else c_rows.data_ptr()
     library().rq_gemm_s8_tables(m, n, k, a.data_ptr(), *axis(a_m), *axis(a_k), b.data_ptr(), *axis(b_k),
                                 *axis(b_n), out.data_ptr(), ldc, scale_ptr, scale_axis,
-                                _bf16_flag(out), count, *steps)  # fmt: skip
+                                _bf16_flag(out), count, *steps, rows_ptr)  # fmt: skip
 
 
 def _channels_last_2d(t: torch.Tensor) -> torch.Tensor:

@@ -146,13 +146,16 @@ def _conv_int(
     crop=None,
     scale=None,
     out_dtype=torch.float32,
+    pad_to=None,
 ) -> torch.Tensor:
     """Exact int32 convolution of int8 x with int8 w, channels-last.
 
     ``u8_cache``: a dict to keep x as uint8 + 128 in, for several convolutions of the same x.
     ``dst``, ``crop``: write the spatial window ``crop`` (slices) of the result into the int32 view
     ``dst`` instead (returned), straight from each batch chunk's output: the input gradient's phases
-    land in dx without an intermediate int32 tensor per phase (half its copies, measured).
+    land in dx without an intermediate int32 tensor per phase (half its copies, measured); on the native
+    GEMM's implicit route, each row straight from the GEMM (im2col.conv_exact), and x padded by ``pad_to``
+    once for all phases.
     ``scale``: the result as float32 acc * scale (``dst`` float32 then), bit for bit the epilogue's;
     ``out_dtype`` bfloat16: that value rounded to bfloat16 (``dst`` bfloat16), as ``dequantize(...,
     bfloat16)`` rounds it. ``wq``: a tensor, or the input gradient's TapMajor.
@@ -171,9 +174,11 @@ def _conv_int(
         wq = _weight(wq)
         pointwise_blocks = _pointwise_onednn_blocks(xq, wq, p, out, groups, scale, out_dtype)
         to_im2col = pointwise_blocks is None
+    if to_im2col and dst is not None:
+        crop = tuple((c.start, c.stop) for c in crop)
+        return im2col.conv_exact(xq, wq, s, p, d, groups, scale, out_dtype, dst=dst, crop=crop, pad_to=pad_to)
     if to_im2col:
-        y = im2col.conv_exact(xq, wq, s, p, d, groups, scale, out_dtype)
-        return _as_dtype(y, scale, out_dtype) if dst is None else dst.copy_(y[window])
+        return _as_dtype(im2col.conv_exact(xq, wq, s, p, d, groups, scale, out_dtype), scale, out_dtype)
     wq = _weight(wq)  # oneDNN's routes take the weight as a tensor
     if routes.onednn_bounded():
         # AMX: the output scan cannot see a rounded uncompensated sum; the weights must prove every block
@@ -486,6 +491,8 @@ def conv_input_grad(
     wt = None if groups == 1 else wq.reshape(groups, b, a, *k).transpose(1, 2).reshape(cin, b, *k)
     plans = [list(_phases(input_shape[2 + i], out[i], k[i], s[i], p[i], d[i])) for i in range(nd)]
     u8_cache: dict = {}  # g as uint8, converted once for all phases (if oneDNN runs)
+    # the native route pads g once, by the largest padding of any phase, and reads each phase's corner of it
+    pad_to = tuple(max((plan[2] for _, _, plan in dim if plan is not None), default=0) for dim in plans)
     dx = None
     if any(plan is None for dim in plans for _, _, plan in dim):
         # some positions get no tap: they stay 0 (0 and 0.0 have the same bits)
@@ -521,7 +528,7 @@ def conv_input_grad(
         dx = _new_output(input_shape, out_scale, out_dtype) if dx is None else dx
         # the phase's output goes straight into its positions of dx
         _conv_int(gq, w_sub, (1,) * nd, pad, dil, groups, u8_cache, dst=dx[dst], crop=crop, scale=out_scale,
-                  out_dtype=out_dtype)  # fmt: skip
+                  out_dtype=out_dtype, pad_to=pad_to)  # fmt: skip
     return dx
 
 
@@ -539,12 +546,20 @@ def _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, scale
     """conv_input_grad of a grouped convolution on the native GEMM's blocks of groups: each input phase one
     batched GEMM call over g's blocks, reading the forward pass's block-diagonal operands (im2col.
     block_diagonal) transposed, through a table of the phase's taps, with no transposed, flipped or
-    selected weight made."""
+    selected weight made. A strided one's phases read one padded g and write their rows straight into
+    their positions of dx (im2col.window_tables)."""
     nd, n, cin, cout = len(s), input_shape[0], input_shape[1], wq.shape[0]
     a, b = cin // groups, cout // groups
     ca, cb = blk * a, blk * b
     wbd = im2col.block_diagonal(wq, groups, blk)  # (blocks, taps * ca, cb): row (t, i, c), column (i, o)
     plans = [list(_phases(input_shape[2 + i], out[i], k[i], s[i], p[i], d[i])) for i in range(nd)]
+    single = all(si == 1 for si in s)  # one phase, computed whole
+    # the phases pad g once, by their largest padding, and read their corners of it (im2col.padded_from)
+    pad_to = (
+        None
+        if single
+        else tuple(max((pl[2] for _, _, pl in dim if pl is not None), default=0) for dim in plans)
+    )
     dx = None
     if any(plan is None for dim in plans for _, _, plan in dim):
         dx = _new_output(input_shape, scale, out_dtype).zero_()  # positions no tap reaches stay 0
@@ -555,22 +570,33 @@ def _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, scale
         dil = tuple(plan[1] for _, _, plan in combo)
         pad = tuple(plan[2] for _, _, plan in combo)
         sub = tuple(len(t) for t in taps)
-        gp = im2col.pad_zero(as_cl(gq), pad)
-        phase_out = tuple(gp.shape[2 + i] - dil[i] * (sub[i] - 1) for i in range(nd))
-        rows, g_taps = im2col.implicit_columns(gp, sub, (1,) * nd, dil, phase_out)
-        y = _new_output((n, cin, *phase_out), scale, out_dtype)
-        ymat = y.movedim(1, -1).view(-1, cin)
+        gp = im2col.padded_from(as_cl(gq), pad, pad_to)
+        phase_out = tuple(gq.shape[2 + i] + 2 * pad[i] - dil[i] * (sub[i] - 1) for i in range(nd))
         # B (taps * cb, ca): element ((j, i, o), (i', c)) at wbd's row (t_j, i', c), column (i, o)
         b_k = (0, _transposed_tap_table(tuple(k), taps, ca * cb), cb)
         batch = (groups // blk, cb, wbd[0].numel(), ca)
-        native.gemm_tables(ymat.shape[0], ca, math.prod(sub) * cb, gp, (0, rows, 1), (0, g_taps, cb), wbd,
-                           b_k, (cb, None, 1), ymat, cin, scale, batch=batch)  # fmt: skip
-        crop = tuple(slice(plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
-        if all(si == 1 for si in s) and phase_out == input_shape[2:]:
-            return y  # stride 1: a single phase covering everything
+        ksize = math.prod(sub) * cb
+        if single:
+            rows, g_taps = im2col.implicit_columns(gp, sub, (1,) * nd, dil, phase_out)
+            y = _new_output((n, cin, *phase_out), scale, out_dtype)
+            ymat = y.movedim(1, -1).view(-1, cin)
+            native.gemm_tables(rows.numel(), ca, ksize, gp, (0, rows, 1), (0, g_taps, cb), wbd, b_k,
+                               (cb, None, 1), ymat, cin, scale, batch=batch)  # fmt: skip
+            if phase_out == input_shape[2:]:
+                return y
+            crop = tuple(slice(plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
+            dx = _new_output(input_shape, scale, out_dtype) if dx is None else dx
+            dx[(slice(None), slice(None)) + crop] = y[(slice(None), slice(None)) + crop]
+            continue
+        # the phase's window of rows alone, each written to its positions of dx (the GEMM's row table)
         dx = _new_output(input_shape, scale, out_dtype) if dx is None else dx
-        phase = tuple(slice(phi, None, s[i]) for i, (phi, _, _) in enumerate(combo))
-        dx[(slice(None), slice(None)) + phase] = y[(slice(None), slice(None)) + crop]
+        dst = dx[
+            (slice(None), slice(None)) + tuple(slice(phi, None, s[i]) for i, (phi, _, _) in enumerate(combo))
+        ]
+        crop = tuple((plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
+        rows, g_taps, c_rows = im2col.window_tables(gp, sub, (1,) * nd, dil, phase_out, crop, dst)
+        native.gemm_tables(rows.numel(), ca, ksize, gp, (0, rows, 1), (0, g_taps, cb), wbd, b_k,
+                           (cb, None, 1), dst, cin, scale, batch=batch, c_rows=c_rows)  # fmt: skip
     return dx
 
 

@@ -110,9 +110,10 @@ def library() -> ctypes.CDLL | None:
     lib.rq_gemm_s8.argtypes = (i64, i64, i64, ptr, i64, i64, ptr, i64, i64, ptr, i64, ptr, i32, i32)
     lib.rq_gemm_s8.restype = None
     axes = (i64, ptr, i64) * 2  # an operand's two axes: stride, table, run
-    # ..., scale, scale_axis, whether C is bfloat16, then the batch: count, A's, B's and C's steps
+    # ..., scale, scale_axis, whether C is bfloat16, the batch (count, A's, B's and C's steps), C's row table
     batch = (i64,) * 4
-    lib.rq_gemm_s8_tables.argtypes = (i64, i64, i64, ptr, *axes, ptr, *axes, ptr, i64, ptr, i32, i32, *batch)
+    mnk = (i64,) * 3
+    lib.rq_gemm_s8_tables.argtypes = (*mnk, ptr, *axes, ptr, *axes, ptr, i64, ptr, i32, i32, *batch, ptr)
     lib.rq_gemm_s8_tables.restype = None
     lib.rq_pad_cl.argtypes = (ptr, ptr) + (i64,) * 6
     lib.rq_pad_cl.restype = None

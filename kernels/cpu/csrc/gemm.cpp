@@ -372,7 +372,8 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
 static void gemm_out(int64_t M, int64_t N, int64_t K, Operand a, Operand b, void* c, int64_t ldc, OutScale scale,
                      bool bf16) {
     if (M == 0 || N == 0) return;
-    if (K > 0 && amx_allowed.load(std::memory_order_relaxed) && gemm_amx(M, N, K, a, b, c, ldc, scale, bf16)) return;
+    if (K > 0 && amx_allowed.load(std::memory_order_relaxed) && gemm_amx(M, N, K, a, b, c, OutRows{ldc}, scale, bf16))
+        return;
     if (!bf16) return gemm(M, N, K, a, b, static_cast<int32_t*>(c), ldc, scale);
     std::unique_ptr<int32_t[]> tmp(new int32_t[(size_t)(M * N)]);
     gemm(M, N, K, a, b, tmp.get(), N, scale);
@@ -404,20 +405,32 @@ void rq_gemm_s8(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, i
 // rq_gemm_s8 with an axis read through a table (rq::Axis): each operand's m / n axis and k axis take a
 // stride, or a table of run starts (nullable) and the run's length; a run's elements are contiguous. `batch`
 // products of that shape, item j's A, B and C at A + j * a_step, B + j * b_step (bytes), C + j * c_step
-// (elements), and a scale per row or column at scale + j * M or N (rq::Batch)
+// (elements), and a scale per row or column at scale + j * M or N (rq::Batch). `c_rows` (nullable): row m of
+// each item's C at c_rows[m] elements from the item's C, not m * ldc (rq::OutRows)
 void rq_gemm_s8_tables(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, const int64_t* tam,
                        int64_t ram, int64_t sak, const int64_t* tak, int64_t rak, const int8_t* B, int64_t sbk,
                        const int64_t* tbk, int64_t rbk, int64_t sbn, const int64_t* tbn, int64_t rbn, void* C,
                        int64_t ldc, const float* scale, int scale_axis, int bf16, int64_t batch, int64_t a_step,
-                       int64_t b_step, int64_t c_step) {
+                       int64_t b_step, int64_t c_step, const int64_t* c_rows) {
     const rq::Operand a{A, {sam, tam, ram}, {sak, tak, rak}}, b{B, {sbn, tbn, rbn}, {sbk, tbk, rbk}};
     const rq::OutScale s{scale, scale_axis};
-    if (batch > 1 && M > 0 && N > 0 && K > 0 && rq::amx_allowed.load(std::memory_order_relaxed) &&
-        rq::gemm_amx_batch(rq::Batch{batch, a_step, b_step, c_step}, M, N, K, a, b, C, ldc, s, bf16 != 0))
+    const rq::OutRows out{ldc, c_rows};
+    const bool amx = M > 0 && N > 0 && K > 0 && rq::amx_allowed.load(std::memory_order_relaxed);
+    if (batch > 1 && amx && rq::gemm_amx_batch(rq::Batch{batch, a_step, b_step, c_step}, M, N, K, a, b, C, out, s, bf16 != 0))
         return;
+    const int64_t bytes = bf16 ? 2 : 4;
     for (int64_t j = 0; j < batch; ++j) {  // one item after another, each on every thread
-        const rq::BatchItem item(rq::Batch{batch, a_step, b_step, c_step}, j, M, N, a, b, C, bf16 ? 2 : 4, s);
-        rq::gemm_out(M, N, K, item.a, item.b, item.c, ldc, item.scale, bf16 != 0);
+        const rq::BatchItem item(rq::Batch{batch, a_step, b_step, c_step}, j, M, N, a, b, C, bytes, s);
+        if (!c_rows) {
+            rq::gemm_out(M, N, K, item.a, item.b, item.c, ldc, item.scale, bf16 != 0);
+            continue;
+        }
+        if (amx && rq::gemm_amx(M, N, K, item.a, item.b, item.c, out, item.scale, bf16 != 0)) continue;
+        // the other GEMM writes rows ldc apart: into a buffer, then each row to its place
+        std::unique_ptr<int8_t[]> tmp(new int8_t[(size_t)(M * N * bytes)]);
+        rq::gemm_out(M, N, K, item.a, item.b, tmp.get(), N, item.scale, bf16 != 0);
+        for (int64_t m = 0; m < M; ++m)
+            std::memcpy(static_cast<int8_t*>(item.c) + c_rows[m] * bytes, tmp.get() + m * N * bytes, (size_t)(N * bytes));
     }
 }
 

@@ -258,13 +258,13 @@ inline void store16(__m512i v, __mmask16 m, void* c, int64_t at, OutScale scale,
     _mm256_mask_storeu_epi16(static_cast<uint16_t*>(c) + at, m, _mm512_cvtepi32_epi16(bits));
 }
 
-void write_block(const int32_t* acc, int rows, int cols, void* c, int64_t ldc, int64_t m0, int64_t n0,
+void write_block(const int32_t* acc, int rows, int cols, void* c, OutRows out, int64_t m0, int64_t n0,
                  OutScale scale, bool bf16) {
     for (int r = 0; r < rows; ++r)
         for (int h = 0; h < 2 && 16 * h < cols; ++h) {
             const int n = std::min(16, cols - 16 * h);
             const __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
-            store16(_mm512_load_si512(acc + 32 * r + 16 * h), m, c, (m0 + r) * ldc + n0 + 16 * h,
+            store16(_mm512_load_si512(acc + 32 * r + 16 * h), m, c, out.off(m0 + r) + n0 + 16 * h,
                     scale.from(m0 + r, n0 + 16 * h), bf16);
         }
 }
@@ -283,7 +283,7 @@ int64_t block_span(int64_t kt, int64_t bytes) { return std::max<int64_t>(32, byt
 // C[m0:m1, n0:n1] = A[m0:m1, k0:k1] . B[k0:k1, n0:n1], by one thread. K in blocks of KC_TILES tiles; the 32 x 32
 // accumulators of all but the last block wait in `sums` (int32, one per 32 x 32 block of this part's C)
 void part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, int64_t k1, const Operand& a,
-          const Operand& b, void* c, int64_t ldc, OutScale scale, bool bf16) {
+          const Operand& b, void* c, OutRows out, OutScale scale, bool bf16) {
     const int64_t kt_all = (k1 - k0 + TK - 1) / TK;
     const int64_t kblocks = (kt_all + KC_TILES - 1) / KC_TILES;
     const int64_t kt_max = (kt_all + kblocks - 1) / kblocks;  // equal blocks
@@ -310,7 +310,7 @@ void part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, int64_t k1
                         kernel_2x2(arefs.data() + ir / 16 * kt, bp.p + jr / 16 * kt * TILE, kt, s, !first);
                         if (last)
                             write_block(s, (int)std::min<int64_t>(32, mc - ir), (int)std::min<int64_t>(32, nc - jr),
-                                        c, ldc, ic + ir, jc + jr, scale, bf16);
+                                        c, out, ic + ir, jc + jr, scale, bf16);
                     }
             }
         }
@@ -326,7 +326,7 @@ bool amx_usable() {
     return ok;
 }
 
-bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c, int64_t ldc,
+bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c, OutRows out,
               OutScale scale, bool bf16) {
     if (!amx_usable()) return false;
     // small products stay on one thread (gemm.cpp's reason)
@@ -342,9 +342,9 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
             if (lo < hi) {
                 configure_tiles();
                 if (by_cols)
-                    part(0, M, lo, hi, 0, K, a, b, c, ldc, scale, bf16);
+                    part(0, M, lo, hi, 0, K, a, b, c, out, scale, bf16);
                 else
-                    part(lo, hi, 0, N, 0, K, a, b, c, ldc, scale, bf16);
+                    part(lo, hi, 0, N, 0, K, a, b, c, out, scale, bf16);
                 _tile_release();
             }
         }
@@ -360,7 +360,7 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
         const int64_t k0 = std::min(K, t * per), k1 = std::min(K, k0 + per);
         if (k0 < k1) {
             configure_tiles();
-            part(0, M, 0, N, k0, k1, a, b, partial[t].data(), N, OutScale{}, false);
+            part(0, M, 0, N, k0, k1, a, b, partial[t].data(), OutRows{N}, OutScale{}, false);
             _tile_release();
         }
     }
@@ -372,14 +372,14 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
             __m512i s = _mm512_maskz_loadu_epi32(mk, partial[0].data() + m * N + n);
             for (int t = 1; t < nt; ++t)
                 s = _mm512_add_epi32(s, _mm512_maskz_loadu_epi32(mk, partial[t].data() + m * N + n));
-            store16(s, mk, c, m * ldc + n, scale.from(m, n), bf16);
+            store16(s, mk, c, out.off(m) + n, scale.from(m, n), bf16);
         }
     return true;
 }
 
 bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c,
-                    int64_t ldc, OutScale scale, bool bf16) {
-    if (batch.count == 1) return gemm_amx(M, N, K, a, b, c, ldc, scale, bf16);
+                    OutRows out, OutScale scale, bool bf16) {
+    if (batch.count == 1) return gemm_amx(M, N, K, a, b, c, out, scale, bf16);
     if (!amx_usable()) return false;
     const int nt = (double)M * N * K * batch.count < (double)(1 << 22) ? 1 : std::max(1, omp_get_max_threads());
     const int64_t bytes = bf16 ? 2 : 4;
@@ -390,7 +390,7 @@ bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const O
     if (long_k && batch.count < 2 * nt) {
         for (int64_t j = 0; j < batch.count; ++j) {
             const BatchItem item(batch, j, M, N, a, b, c, bytes, scale);
-            gemm_amx(M, N, K, item.a, item.b, item.c, ldc, item.scale, bf16);
+            gemm_amx(M, N, K, item.a, item.b, item.c, out, item.scale, bf16);
         }
         return true;
     }
@@ -410,9 +410,9 @@ bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const O
             if (!configured) configure_tiles(), configured = true;
             const BatchItem item(batch, j, M, N, a, b, c, bytes, scale);
             if (by_cols)
-                part(0, M, lo, hi, 0, K, item.a, item.b, item.c, ldc, item.scale, bf16);
+                part(0, M, lo, hi, 0, K, item.a, item.b, item.c, out, item.scale, bf16);
             else
-                part(lo, hi, 0, N, 0, K, item.a, item.b, item.c, ldc, item.scale, bf16);
+                part(lo, hi, 0, N, 0, K, item.a, item.b, item.c, out, item.scale, bf16);
         }
         if (configured) _tile_release();
     }
@@ -423,11 +423,11 @@ bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const O
 
 bool amx_usable() { return false; }
 
-bool gemm_amx(int64_t, int64_t, int64_t, const Operand&, const Operand&, void*, int64_t, OutScale, bool) {
+bool gemm_amx(int64_t, int64_t, int64_t, const Operand&, const Operand&, void*, OutRows, OutScale, bool) {
     return false;
 }
 
-bool gemm_amx_batch(const Batch&, int64_t, int64_t, int64_t, const Operand&, const Operand&, void*, int64_t, OutScale,
+bool gemm_amx_batch(const Batch&, int64_t, int64_t, int64_t, const Operand&, const Operand&, void*, OutRows, OutScale,
                     bool) {
     return false;
 }

@@ -10,10 +10,10 @@ namespace rq {
 // Whether this library was built with AMX-INT8 and Linux lets the process use the tiles.
 bool amx_usable();
 
-// C (M x N, row stride ldc) = A . B with exact int32 sums; with `scale` C is float32 (float)acc * scale, with
+// C (M x N, its rows where `out` puts them) = A . B with exact int32 sums; with `scale` C is float32 (float)acc * scale, with
 // `bf16` too that value rounded to bfloat16 (C then uint16_t). False, and nothing written, where AMX is not
 // usable: the caller's GEMM runs instead.
-bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c, int64_t ldc,
+bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c, OutRows out,
               OutScale scale, bool bf16);
 
 // `count` products of one shape whose item j reads A at a.p + j * a, B at b.p + j * b (bytes) and writes C at c
@@ -39,6 +39,6 @@ struct BatchItem {
 
 // gemm_amx for every item of `batch` in one parallel region, the threads sharing out items and row ranges
 bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c,
-                    int64_t ldc, OutScale scale, bool bf16);
+                    OutRows out, OutScale scale, bool bf16);
 
 }  // namespace rq

@@ -26,6 +26,14 @@ struct Operand {
     const int8_t* at(int64_t i, int64_t kk) const { return p + idx.off(i) + k.off(kk); }
 };
 
+// Where the rows of C lie, in elements from C's start: row m at m * ld, or at rows[m] where a table is given (an
+// input gradient's phase written straight into its strided positions of dx, kernels/cpu/products.py)
+struct OutRows {
+    int64_t ld;
+    const int64_t* rows = nullptr;
+    int64_t off(int64_t m) const { return rows ? rows[m] : m * ld; }
+};
+
 // The dequantizing scale of a float output C: one value, or one per row (m) or per column (n) of C (a weight
 // gradient's per-output-channel scales, DAIQ's GVQ). Null: C is int32.
 struct OutScale {
