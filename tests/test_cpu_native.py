@@ -753,7 +753,7 @@ def test_grouped_products_on_the_native_gemm_are_exact(
 def test_group_block_takes_whole_tiles_of_input_channels():
     """A block of groups: a divisor of the groups, input channels the packing reads as runs, at most 128
     channels either side; the smallest reaching 64 input channels, else the largest; none for ungrouped
-    products or where no block fits."""
+    products or where no block fits. The weight gradient's blocks are smaller."""
     if not cpu.im2col.implicit_ok(16):
         pytest.skip("no native GEMM route here")
     block = cpu.im2col.group_block
@@ -766,6 +766,15 @@ def test_group_block_takes_whole_tiles_of_input_channels():
     assert block(3, 8, 8) == (3 if cpu.routes.native_amx() else None)
     assert block(2, 4, 4) is None  # 8 channels: under one 16-byte run
     assert block(1, 64, 64) is None
+    # the weight gradient computes a block's every product: the smallest block of 32 or more whole-run input
+    # channels, or a single group of 16n; none where no block's channels fill whole runs (group_block's then)
+    wgrad = cpu.im2col.weight_grad_block
+    assert wgrad(32, 4, 4) == 8 and wgrad(32, 8, 8) == 4  # ResNeXt's first two stages: 32 channels
+    assert wgrad(32, 16, 16) == 1 and wgrad(25, 16, 16) == 1  # 16 channels a group: one
+    assert (
+        wgrad(13, 8, 8) is None and wgrad(55, 8, 8) is None
+    )  # RegNetY's 104 and 440 channels: no whole runs
+    assert wgrad(1, 64, 64) is None
 
 
 def test_native_gemm_threads_split_rows_or_columns_exactly(gemm_kernel):

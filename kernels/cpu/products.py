@@ -626,7 +626,8 @@ def _implicit_weight_grad(xq, gq, weight_shape, p, s, d, out, scale=None) -> tor
 
 
 def _implicit_grouped_weight_grad(xq, gq, weight_shape, p, s, d, out, groups, blk, scale) -> torch.Tensor:
-    """A grouped weight gradient as one native GEMM call for all blocks of `blk` groups (im2col.group_block):
+    """A grouped weight gradient as one native GEMM call for all blocks of `blk` groups (im2col.
+    weight_grad_block):
     each block's g channels against the padded x's channels of the block, read through the implicit tables,
     (blk * b, taps * blk * a), scaled in the GEMM's stores; its diagonal blocks are the groups' gradients.
     Returned as (Cout, a, *k) with channels innermost, the layout of a channels-last model's weight."""
@@ -676,7 +677,7 @@ def conv_weight_grad(
         if dw is not None:
             return dw
     if routes.native_grouped_conv(cin, cout, groups):
-        blk = im2col.group_block(groups, a, b)
+        blk = im2col.weight_grad_block(groups, a, b) or im2col.group_block(groups, a, b)
         return _implicit_grouped_weight_grad(xq, gq, weight_shape, p, s, d, out, groups, blk, scale)
     # groups per matmul: blk groups together give a (blk*a, blk*b) product whose diagonal blocks are
     # the per-group results (the batched exact formulation for depthwise and other many-group convs)

@@ -169,9 +169,10 @@ def clear_route_caches() -> None:
         onednn_bounded,
     ):
         probe.cache_clear()
-    from .im2col import group_block  # (im2col imports this module)
+    from .im2col import group_block, weight_grad_block  # (im2col imports this module)
 
     group_block.cache_clear()  # it reads native_gemm and native_amx
+    weight_grad_block.cache_clear()
     onednn.REFUSED.clear()
 
 
