@@ -1,5 +1,5 @@
 """kernels.bench.report says whether the timed process kept freed memory for reuse (repro.heap), which
-decides whether big tensors fault their pages in on every call."""
+decides whether big tensors fault their pages in on every call, and which commit was timed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from kernels.bench import report
 
 
-def _bench_json(tmp_path, heap_reused):
+def _bench_json(tmp_path, heap_reused, commit_info=None):
     benchmarks = []
     for op in report.OPS:
         for impl, ms in (("int8", 2.0), ("int8-op", 1.0), ("fp32", 8.0), ("bf16", 3.0)):
@@ -19,7 +19,10 @@ def _bench_json(tmp_path, heap_reused):
                 info["heap_reused"] = heap_reused
             benchmarks.append({"extra_info": info, "stats": {"min": ms / 1e3, "median": ms / 1e3}})
     path = tmp_path / "kernel_bench.json"
-    path.write_text(json.dumps({"benchmarks": benchmarks, "datetime": "now"}))
+    data = {"benchmarks": benchmarks, "datetime": "now"}
+    if commit_info is not None:
+        data["commit_info"] = commit_info
+    path.write_text(json.dumps(data))
     return path
 
 
@@ -34,3 +37,19 @@ def test_the_report_says_how_freed_memory_was_handled(tmp_path, heap_reused, say
         assert "Freed memory" not in text
     else:
         assert says in text
+
+
+@pytest.mark.parametrize(
+    "commit_info,says",
+    [
+        ({"id": "a7f6c9afe6309cd26d7dab181c5c801c2aaa033b", "dirty": False}, "at commit a7f6c9a on"),
+        (
+            {"id": "a7f6c9afe6309cd26d7dab181c5c801c2aaa033b", "dirty": True},
+            "a7f6c9a with uncommitted changes",
+        ),
+        (None, "at commit ? on"),
+    ],
+)
+def test_the_report_names_the_timed_commit(tmp_path, commit_info, says):
+    text = report.markdown(*report.load(_bench_json(tmp_path, True, commit_info)))
+    assert says in text

@@ -66,6 +66,7 @@ def load(path: Path):
         "device": "; ".join(sorted(labels)) or cpu,
         "cpu": cpu,
         "when": data.get("datetime", "?"),
+        "commit": _commit(data.get("commit_info") or {}),
         "threads": ", ".join(str(t) for t in sorted(t for t in threads if t is not None)) or "?",
         "load": f"{min(loads):.1f} - {max(loads):.1f}" if loads else "?",
         "timer": next((b.get("options", {}).get("timer") for b in data["benchmarks"]), "?"),
@@ -74,6 +75,14 @@ def load(path: Path):
         "heap": {b.get("extra_info", {}).get("heap_reused") for b in data["benchmarks"]},
     }
     return times, layers, counts, meta
+
+
+def _commit(info: dict) -> str:
+    """The commit the timed code was (pytest-benchmark's commit_info): its short id, marked when the tree had
+    changes beyond it; '?' where the run did not record one."""
+    if not info.get("id"):
+        return "?"
+    return info["id"][:7] + (" with uncommitted changes" if info.get("dirty") else "")
 
 
 def totals(times, layers, counts, op: str, names) -> dict[str, float]:
@@ -100,7 +109,8 @@ def markdown(times, layers, counts, meta) -> str:
     lines = [
         f"# INT8 kernel speed on the {'GPU' if meta['gpu'] else 'CPU'}: ResNet-50 layers",
         "",
-        f"Measured {meta['when']} on {where}, batch {meta['batch']}, timer {meta['timer']}; 1-minute load "
+        f"Measured {meta['when']} at commit {meta['commit']} on {where}, batch {meta['batch']}, timer "
+        f"{meta['timer']}; 1-minute load "
         f"average during the run {meta['load']}. Each time is the {meta['statistic']} over the benchmark's "
         "rounds (pytest-benchmark, results/kernel_bench.json), in milliseconds"
         + ("; every call ends with a device synchronisation." if meta["gpu"] else ".")
