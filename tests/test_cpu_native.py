@@ -569,6 +569,7 @@ def test_native_pointwise_products_are_exact(monkeypatch, gemm_kernel, n, cin, c
         (2, 16, 24, (9, 7), 3, 1, 1, 1),
         (3, 32, 16, (11, 10), 3, 2, 1, 1),  # the input gradient's stride phases
         (2, 32, 32, (9, 9), 1, 2, 0, 1),  # 1x1, stride 2: one phase has taps, the others stay zero
+        (2, 32, 16, (2, 2), 3, 2, 1, 1),  # a 1x1 g: each phase's window one position per image
         (2, 16, 32, (12, 11), 5, 3, 2, 1),  # stride 3: nine phases of different sizes and paddings
         (2, 16, 40, (8, 8), 3, 1, 2, 2),
         (8, 16, 8, (16, 16), 3, 1, 1, 1),  # a weight gradient in the (taps * Cin, Cout) orientation
@@ -674,6 +675,7 @@ def test_native_implicit_im2col_products_are_exact(
     [
         (2, 64, 64, 16, (7, 7), 3, 1, 1, 1),  # 4 channels a group: one block of 16 groups, 64 channels
         (2, 32, 32, 2, (9, 8), 3, 2, 1, 1),  # two groups of 16 in one block of 32 channels; stride phases
+        (2, 32, 32, 2, (2, 2), 3, 2, 1, 1),  # ... of a 1x1 g: one position per image in each window
         (2, 80, 80, 5, (6, 6), 3, 1, 1, 1),  # five groups of 16: one block of 80 channels
         (3, 256, 512, 64, (5, 5), 3, 1, 1, 1),  # 4 -> 8 channels: four blocks of 16 groups
         (2, 48, 96, 3, (5, 5), 1, 1, 0, 1),  # a grouped 1x1

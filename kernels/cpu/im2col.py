@@ -236,7 +236,9 @@ def padded_from(xq: torch.Tensor, p, pad_to) -> torch.Tensor:
 def _window_table_cache(shape, strides, k, s, d, out, crop, dst_shape, dst_strides):
     rows, taps = _column_tables(shape, strides, k, s, d, out)
     window = (slice(None), *(slice(a, b) for a, b in crop))
-    rows = rows.view(shape[0], *out)[window].flatten()
+    # contiguous: the native code reads the table as an array (a window of one position per image would
+    # flatten to a strided view)
+    rows = rows.view(shape[0], *out)[window].flatten().contiguous()
     c_rows = torch.zeros(1, dtype=torch.int64)
     for size, stride in zip((dst_shape[0], *dst_shape[2:]), (dst_strides[0], *dst_strides[2:]), strict=True):
         c_rows = (c_rows[..., None] + torch.arange(size, dtype=torch.int64) * stride).flatten()

@@ -416,11 +416,11 @@ void rq_gemm_s8_tables(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t
     const rq::OutScale s{scale, scale_axis};
     const rq::OutRows out{ldc, c_rows};
     const bool amx = M > 0 && N > 0 && K > 0 && rq::amx_allowed.load(std::memory_order_relaxed);
-    if (batch > 1 && amx && rq::gemm_amx_batch(rq::Batch{batch, a_step, b_step, c_step}, M, N, K, a, b, C, out, s, bf16 != 0))
-        return;
+    const rq::Batch items{batch, a_step, b_step, c_step};
+    if (batch > 1 && amx && rq::gemm_amx_batch(items, M, N, K, a, b, C, out, s, bf16 != 0)) return;
     const int64_t bytes = bf16 ? 2 : 4;
     for (int64_t j = 0; j < batch; ++j) {  // one item after another, each on every thread
-        const rq::BatchItem item(rq::Batch{batch, a_step, b_step, c_step}, j, M, N, a, b, C, bytes, s);
+        const rq::BatchItem item(items, j, M, N, a, b, C, bytes, s);
         if (!c_rows) {
             rq::gemm_out(M, N, K, item.a, item.b, item.c, ldc, item.scale, bf16 != 0);
             continue;
@@ -429,8 +429,9 @@ void rq_gemm_s8_tables(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t
         // the other GEMM writes rows ldc apart: into a buffer, then each row to its place
         std::unique_ptr<int8_t[]> tmp(new int8_t[(size_t)(M * N * bytes)]);
         rq::gemm_out(M, N, K, item.a, item.b, tmp.get(), N, item.scale, bf16 != 0);
-        for (int64_t m = 0; m < M; ++m)
-            std::memcpy(static_cast<int8_t*>(item.c) + c_rows[m] * bytes, tmp.get() + m * N * bytes, (size_t)(N * bytes));
+        int8_t* c = static_cast<int8_t*>(item.c);
+        const size_t row = (size_t)(N * bytes);
+        for (int64_t m = 0; m < M; ++m) std::memcpy(c + c_rows[m] * bytes, tmp.get() + m * row, row);
     }
 }
 
