@@ -404,6 +404,12 @@ def _phases(length: int, out: int, k: int, s: int, p: int, d: int):
         yield phi, n_phi, (taps[::-1], dd, pad, pad - pl)
 
 
+def _largest_padding(plans) -> tuple[int, ...]:
+    """Per dimension, the largest padding of g any phase of _phases' plans needs: the phases pad g once, by
+    this much, and read their corners of it (im2col.padded_from)."""
+    return tuple(max((plan[2] for _, _, plan in dim if plan is not None), default=0) for dim in plans)
+
+
 # tap_major_transposed: weights of up to this many codes with every tap are built by a flip and one copy (two
 # passes over the weight, three dispatches); larger ones copy once, tap by tap
 TAP_MAJOR_ONE_OP = 1 << 16
@@ -491,8 +497,7 @@ def conv_input_grad(
     wt = None if groups == 1 else wq.reshape(groups, b, a, *k).transpose(1, 2).reshape(cin, b, *k)
     plans = [list(_phases(input_shape[2 + i], out[i], k[i], s[i], p[i], d[i])) for i in range(nd)]
     u8_cache: dict = {}  # g as uint8, converted once for all phases (if oneDNN runs)
-    # the native route pads g once, by the largest padding of any phase, and reads each phase's corner of it
-    pad_to = tuple(max((plan[2] for _, _, plan in dim if plan is not None), default=0) for dim in plans)
+    pad_to = _largest_padding(plans)  # (the native route's one padded g, im2col.padded_from)
     dx = None
     if any(plan is None for dim in plans for _, _, plan in dim):
         # some positions get no tap: they stay 0 (0 and 0.0 have the same bits)
@@ -554,12 +559,7 @@ def _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, scale
     wbd = im2col.block_diagonal(wq, groups, blk)  # (blocks, taps * ca, cb): row (t, i, c), column (i, o)
     plans = [list(_phases(input_shape[2 + i], out[i], k[i], s[i], p[i], d[i])) for i in range(nd)]
     single = all(si == 1 for si in s)  # one phase, computed whole
-    # the phases pad g once, by their largest padding, and read their corners of it (im2col.padded_from)
-    pad_to = (
-        None
-        if single
-        else tuple(max((pl[2] for _, _, pl in dim if pl is not None), default=0) for dim in plans)
-    )
+    pad_to = None if single else _largest_padding(plans)
     dx = None
     if any(plan is None for dim in plans for _, _, plan in dim):
         dx = _new_output(input_shape, scale, out_dtype).zero_()  # positions no tap reaches stay 0
