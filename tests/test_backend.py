@@ -393,7 +393,7 @@ def guard(request, monkeypatch):
         pytest.skip("oneDNN needs the bounded guard here (AMX, or a failed compensation probe)")
     monkeypatch.setattr(routes, "onednn_bounded", lambda: request.param == "bounded")
     # oneDNN is what these tests check: the convolutions the AMX GEMM would take stay on it
-    monkeypatch.setattr(routes, "native_conv_on_amx", lambda cin, groups: False)
+    monkeypatch.setattr(routes, "native_conv_on_tiles", lambda cin, groups: False)
     monkeypatch.setattr(routes, "native_grouped_conv", lambda cin, cout, groups: False)
     return request.param
 
@@ -508,7 +508,7 @@ def test_amx_emulation_defeats_the_scan_guard(monkeypatch):
     """Why AMX needs its own guard: with oneDNN rounding before compensating, the scan sees only small
     outputs and lets wrong ones through (the failure issue 31 measured)."""
     monkeypatch.setattr(onednn, "run", amx_like_qconv)
-    monkeypatch.setattr(routes, "native_conv_on_amx", lambda cin, groups: False)
+    monkeypatch.setattr(routes, "native_conv_on_tiles", lambda cin, groups: False)
     monkeypatch.setattr(routes, "onednn_bounded", lambda: False)
     monkeypatch.setattr(routes, "onednn_exact", lambda: True)
     monkeypatch.setattr(routes, "SMALL_OUT", 0)
@@ -534,7 +534,7 @@ def test_cpu_bounded_guard_splits_input_channels(monkeypatch, chunk):
     monkeypatch.setattr(routes, "onednn_exact", lambda: True)
     monkeypatch.setattr(routes, "SMALL_OUT", 0)
     monkeypatch.setattr(routes, "CHUNK_IMAGES", chunk)
-    monkeypatch.setattr(routes, "native_conv_on_amx", lambda cin, groups: False)
+    monkeypatch.setattr(routes, "native_conv_on_tiles", lambda cin, groups: False)
     x, w = small_values_big_weights(torch.Generator().manual_seed(22))
     blocks = onednn.channel_blocks(w, 1)
     assert 1 < len(blocks) <= onednn.MAX_BLOCKS
@@ -674,16 +674,16 @@ def test_pointwise_on_onednn_wants_a_large_output():
     assert not routes.pointwise_on_onednn(784, 256, 1024)  # few rows: oneDNN's prepack decides
 
 
-def test_native_conv_on_amx_takes_ungrouped_convolutions_of_16n_channels(monkeypatch):
-    """With the AMX GEMM, ungrouped convolutions whose input channels its packing reads in 16-byte runs leave
-    oneDNN; grouped ones, other channel counts, and every one without the AMX GEMM stay."""
+def test_native_conv_on_tiles_takes_ungrouped_convolutions_of_16n_channels(monkeypatch):
+    """With the tile GEMM, ungrouped convolutions whose input channels its packing reads in 16-byte runs leave
+    oneDNN; grouped ones, other channel counts, and every one without the tile GEMM stay."""
     monkeypatch.setattr(routes, "torch_int8_fast", lambda: True)
     monkeypatch.setattr(routes, "native_gemm", lambda: True)
-    assert routes.native_conv_on_amx(64, 1)
-    assert not routes.native_conv_on_amx(24, 1)
-    assert not routes.native_conv_on_amx(64, 2)
+    assert routes.native_conv_on_tiles(64, 1)
+    assert not routes.native_conv_on_tiles(24, 1)
+    assert not routes.native_conv_on_tiles(64, 2)
     monkeypatch.setattr(routes, "native_gemm", lambda: False)
-    assert not routes.native_conv_on_amx(64, 1)
+    assert not routes.native_conv_on_tiles(64, 1)
 
 
 def test_bfloat16_epilogue_needs_a_scale():

@@ -23,13 +23,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(params=["amx", "vector"])
+@pytest.fixture(params=["tiles", "vector"])
 def gemm_kernel(request):
-    """Each GEMM test on both of the native GEMM's kernels: AMX tiles (gemm_amx.cpp, where built and allowed)
-    and the vector one (gemm.cpp), which an AMX machine would otherwise never run."""
-    if request.param == "amx" and not native.allow_amx(True):
-        pytest.skip("no AMX tiles here")
-    native.allow_amx(request.param == "amx")
+    """Each GEMM test on both of the native GEMM's kernels: the tile GEMM (gemm_amx.cpp: AMX tiles, or AVX-512
+    VNNI on the same packed tiles, where built and allowed) and the vector one (gemm.cpp), which such a
+    machine would otherwise never run."""
+    if request.param == "tiles" and not native.allow_amx(True):
+        pytest.skip("no tile GEMM here (neither AMX nor AVX-512 VNNI)")
+    native.allow_amx(request.param == "tiles")
     cpu.clear_route_caches()
     yield request.param
     native.allow_amx(True)
@@ -341,6 +342,24 @@ def test_native_gemm_splits_a_long_reduction_exactly(gemm_kernel):
     a = torch.randint(-127, 128, (24, 40_000), generator=gen, dtype=torch.int8)
     b = torch.randint(-127, 128, (40_000, 16), generator=gen, dtype=torch.int8)
     want = (a.long() @ b.long()).to(torch.int32)
+    assert torch.equal(native.gemm(a, b), want)
+    assert torch.equal(native.gemm(a.t().contiguous().t(), b), want)
+
+
+def test_native_gemm_is_exact_at_the_codes_extremes_and_wraps_as_int32(gemm_kernel):
+    """-128 and 127 in both operands (the VNNI kernel multiplies a + 128 and takes 128 times B's column sums
+    off), and sums past 2^31 (K = 140,000 of 127 * 127), which wrap as int32 arithmetic does
+    (kernels.reference's contract), on both kernels and both A layouts."""
+    gen = torch.Generator().manual_seed(5)
+    k = 140_000
+    a = torch.randint(-128, 128, (33, k), generator=gen, dtype=torch.int8)
+    b = torch.randint(-128, 128, (k, 40), generator=gen, dtype=torch.int8)
+    a[:2], b[:, :2] = 127, 127  # C[:2, :2] = 127^2 K > 2^31
+    a[2], b[:, 2] = -128, -128
+    a[3], b[:, 3] = -128, 127
+    wide = a.long() @ b.long()
+    assert int(wide.max()) >= 2**31
+    want = ((wide + 2**31) % 2**32 - 2**31).to(torch.int32)
     assert torch.equal(native.gemm(a, b), want)
     assert torch.equal(native.gemm(a.t().contiguous().t(), b), want)
 
@@ -715,7 +734,7 @@ def test_grouped_products_on_the_native_gemm_are_exact(
     torch.set_num_threads(2)  # the threads' shares of blocks and rows
     try:
         if cpu.im2col.group_block(groups, cin // groups, cout // groups) is None:
-            assert cin // groups * groups % 16 != 0 and not cpu.routes.native_amx()
+            assert cin // groups * groups % 16 != 0 and not cpu.routes.native_tiles()
             pytest.skip("runs of channels that are not a multiple of 16: the AMX GEMM's packing only")
         gen = torch.Generator().manual_seed(cin + cout + groups)
         x = _cl(torch.randint(-127, 128, (n, cin, *spatial), generator=gen, dtype=torch.int8))
@@ -765,7 +784,7 @@ def test_group_block_takes_whole_tiles_of_input_channels():
     assert block(2, 16, 16) == 2  # fewer than 64 channels in all: the largest block
     assert block(4, 64, 256) is None  # 256 output channels a group: over 128
     # 24 channels: runs the AMX packing reads with masked loads, the vector GEMM's 16-byte loads not
-    assert block(3, 8, 8) == (3 if cpu.routes.native_amx() else None)
+    assert block(3, 8, 8) == (3 if cpu.routes.native_tiles() else None)
     assert block(2, 4, 4) is None  # 8 channels: under one 16-byte run
     assert block(1, 64, 64) is None
     # the weight gradient computes a block's every product: the smallest block of 32 or more whole-run input
@@ -851,12 +870,12 @@ def test_pad_zero_pads_a_tensor_once_until_it_changes():
 
 
 @pytest.mark.parametrize("amx", [True, False])
-def test_products_take_the_native_gemm_where_it_runs_on_amx_tiles(monkeypatch, amx):
-    """With VNNI, torch's int8 kernels serve the products, except on AMX tiles: there the native GEMM takes
-    the GEMMs (torch._int_mm's oneDNN gemm does not use the tiles), unless REPRO_CPU_GEMM=torch."""
+def test_products_take_the_native_gemm_where_its_tile_gemm_runs(monkeypatch, amx):
+    """With VNNI, torch's int8 kernels serve the products, except where the native tile GEMM runs (AMX, or
+    AVX-512 VNNI): there the native GEMM takes the GEMMs, unless REPRO_CPU_GEMM=torch."""
     monkeypatch.delenv("REPRO_CPU_GEMM", raising=False)
     monkeypatch.setattr(cpu.routes, "torch_int8_fast", lambda: True)
-    monkeypatch.setattr(cpu.routes, "native_amx", lambda: amx)
+    monkeypatch.setattr(cpu.routes, "native_tiles", lambda: amx)
     cpu.routes.native_gemm.cache_clear()
     assert cpu.routes.native_gemm() is amx
     monkeypatch.setenv("REPRO_CPU_GEMM", "torch")

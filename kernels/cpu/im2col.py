@@ -141,7 +141,7 @@ def table_run_ok(run: int) -> bool:
     """Whether the native GEMM reads an operand's k in runs of this many channels through a table: a
     multiple of 16 (the vector GEMM's 16-byte loads stay inside one run), or on AMX tiles any 16 or more (a
     masked load per run, gemm_amx.cpp)."""
-    return run % 16 == 0 or (run >= 16 and routes.native_amx())
+    return run % 16 == 0 or (run >= 16 and routes.native_tiles())
 
 
 @functools.cache  # (asked several times a pass; routes.clear_route_caches clears it with the routes)

@@ -56,8 +56,9 @@ def _bf16_flag(out: torch.Tensor) -> int:
 
 
 def allow_amx(allowed: bool) -> bool:
-    """Let the GEMM run on AMX tiles where it can (the default), or not (tests of the other GEMM,
-    comparisons); returns whether it now does. Clear the route caches after (cpu.clear_route_caches)."""
+    """Let the GEMM run on its tile kernel where it can (the default: AMX tiles, or AVX-512 VNNI on the same
+    packed tiles), or not (tests of the vector GEMM, comparisons); returns whether it now does. Clear the
+    route caches after (cpu.clear_route_caches)."""
     return bool(library().rq_allow_amx(int(allowed)))
 
 

@@ -165,7 +165,7 @@ def _conv_int(
     window = (slice(None), slice(None)) + tuple(crop if crop is not None else ())
     depthwise = routes.native_depthwise(len(s), groups, xq.shape[1], wq.shape[0])
     to_im2col = depthwise or not routes.onednn_exact()
-    to_im2col = to_im2col or routes.native_conv_on_amx(xq.shape[1], groups)
+    to_im2col = to_im2col or routes.native_conv_on_tiles(xq.shape[1], groups)
     # grouped: the AMX GEMM's blocks of groups (im2col.group_block), where oneDNN's grouped int8 convolutions
     # ran at 0.2-0.7x bf16's speed (docs/measurements.md)
     to_im2col = to_im2col or routes.native_grouped_conv(xq.shape[1], wq.shape[0], groups)

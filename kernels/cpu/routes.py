@@ -57,19 +57,22 @@ def torch_int8_fast() -> bool:
 @functools.cache
 def native_gemm() -> bool:
     """Whether the products' GEMMs (1x1 and small-map convolutions, weight gradients, linear layers) run on
-    the native library: where torch's int8 kernels are slow (torch_int8_fast false), and on AMX CPUs, whose
-    tiles the native GEMM uses (kernels/cpu/csrc/gemm_amx.cpp) and torch._int_mm does not: oneDNN's gemm API
-    ran ResNet-50's 1x1 products at 1.0-1.9x the AMX GEMM's time alone, and slower still inside a step
+    the native library: where torch's int8 kernels are slow (torch_int8_fast false), and wherever its tile
+    GEMM runs (native_tiles: AMX, or AVX-512 VNNI). On AMX torch._int_mm does not use the tiles: oneDNN's gemm
+    API ran ResNet-50's 1x1 products at 1.0-1.9x the AMX GEMM's time alone, and slower still inside a step.
+    On AVX-512 VNNI (AMD Zen 5) the tile GEMM's kernel runs at about _int_mm's rate, and its implicit im2col,
+    scaled stores and in-place phases made whole INT8 steps 7-40% faster than _int_mm and oneDNN
     (docs/measurements.md). REPRO_CPU_GEMM=torch keeps _int_mm; ungrouped convolutions with a multiple of
-    16 input channels leave oneDNN for it too (native_conv_on_amx)."""
+    16 input channels leave oneDNN for it too (native_conv_on_tiles)."""
     if not torch_int8_fast():
         return True
-    return os.environ.get("REPRO_CPU_GEMM") != "torch" and native_amx()
+    return os.environ.get("REPRO_CPU_GEMM") != "torch" and native_tiles()
 
 
-def native_amx() -> bool:
-    """Whether the native library's GEMM runs on AMX tiles here (built with AMX-INT8, allowed by Linux and
-    by ``native.allow_amx``)."""
+def native_tiles() -> bool:
+    """Whether the native library's tile GEMM (kernels/cpu/csrc/gemm_amx.cpp) runs here: on AMX tiles (built
+    with AMX-INT8, allowed by Linux) or on AVX-512 VNNI from the same packed tiles, and ``native.allow_amx``
+    allows it."""
     lib = native_library()
     return lib is not None and lib.rq_allow_amx(-1) == 1
 
@@ -171,7 +174,7 @@ def clear_route_caches() -> None:
         probe.cache_clear()
     from .im2col import group_block, weight_grad_block  # (im2col imports this module)
 
-    group_block.cache_clear()  # it reads native_gemm and native_amx
+    group_block.cache_clear()  # it reads native_gemm and native_tiles
     weight_grad_block.cache_clear()
     onednn.REFUSED.clear()
 
@@ -198,12 +201,13 @@ def pointwise_on_onednn(rows: int, cin: int, cout: int) -> bool:
     return (rows >= POINTWISE_ONEDNN_ROWS and cout >= cin) or rows >= 16 * cin
 
 
-def native_conv_on_amx(cin: int, groups: int) -> bool:
-    """Whether an ungrouped convolution oneDNN would run goes to the native AMX GEMM instead (its implicit
+def native_conv_on_tiles(cin: int, groups: int) -> bool:
+    """Whether an ungrouped convolution oneDNN would run goes to the native tile GEMM instead (its implicit
     im2col, kernels/cpu/im2col.py): oneDNN's int8 call through torch costs about 0.5 ms before it computes
     (the op, the weight's prepack, the uint8 shift). Since A tiles are read in place, the AMX GEMM won at
     every size measured on an Intel AMX Xeon, 100,352 rows included (32 x 64-56-64 3x3: forward 2.90
-    against 3.12 ms, input gradient 2.72 against 3.09), docs/measurements.md."""
+    against 3.12 ms, input gradient 2.72 against 3.09), docs/measurements.md; on AVX-512 VNNI (AMD Zen 5)
+    whole steps were faster with it than with oneDNN."""
     return groups == 1 and cin % 16 == 0 and torch_int8_fast() and native_gemm()
 
 

@@ -37,7 +37,8 @@
 
 namespace rq {
 
-// rq_allow_amx: whether gemm tries the AMX GEMM first (tests and comparisons turn it off to reach this file's)
+// rq_allow_amx: whether gemm tries the tile GEMM first (gemm_amx.cpp: AMX, or AVX-512 VNNI; tests and
+// comparisons turn it off to reach this file's)
 static std::atomic<bool> amx_allowed{true};
 
 constexpr int MR = 6;           // rows of A in the register tile (broadcast, one pair at a time)
@@ -366,8 +367,8 @@ static void gemm(int64_t M, int64_t N, int64_t K, Operand a, Operand b, int32_t*
                 reinterpret_cast<float*>(c)[m * ldc + n] = (float)c[m * ldc + n] * scale.at(m, n);
 }
 
-// gemm with the output as int32, float32 (scale) or, `bf16`, float32 rounded to bfloat16 (scale too): AMX tiles
-// where usable and allowed, else the float32 GEMM above into a buffer (not initialised: the GEMM writes all
+// gemm with the output as int32, float32 (scale) or, `bf16`, float32 rounded to bfloat16 (scale too): the tile
+// GEMM where usable and allowed, else the float32 GEMM above into a buffer (not initialised: the GEMM writes all
 // of it), rounded by rows on every thread
 static void gemm_out(int64_t M, int64_t N, int64_t K, Operand a, Operand b, void* c, int64_t ldc, OutScale scale,
                      bool bf16) {
@@ -435,11 +436,12 @@ void rq_gemm_s8_tables(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t
     }
 }
 
-// whether rq_gemm_s8 runs on AMX tiles (gemm_amx.cpp): 1 or 0; `allow` 0 or 1 turns that off or on first
+// whether rq_gemm_s8 runs on the tile GEMM (gemm_amx.cpp: AMX tiles, or AVX-512 VNNI): 1 or 0; `allow` 0 or 1
+// turns that off or on first
 // (-1: only asks)
 int rq_allow_amx(int allow) {
     if (allow >= 0) rq::amx_allowed.store(allow != 0);
-    return rq::amx_allowed.load() && rq::amx_usable() ? 1 : 0;
+    return rq::amx_allowed.load() && rq::tile_gemm_usable() ? 1 : 0;
 }
 
 }  // extern "C"

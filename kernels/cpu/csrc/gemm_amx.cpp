@@ -1,5 +1,5 @@
-// Exact int8 GEMM on Intel AMX tiles: C = A . B, int8 x int8 -> int32 sums (TDPBSSD), written as int32, as
-// float32 (float)acc * scale, or as that value rounded to bfloat16.
+// Exact int8 GEMM on Intel AMX tiles, or on AVX-512 VNNI (below): C = A . B, int8 x int8 -> int32 sums, as
+// int32, as float32 (float)acc * scale, or as that value rounded to bfloat16.
 //
 // Why our own: torch's CPU _int_mm calls oneDNN's gemm API (s8s8s32), which does not use AMX; it ran ResNet's
 // 1x1 products at 0.6-1.4x bf16's speed, and 2-3x slower inside a training step than alone (ONEDNN_VERBOSE,
@@ -16,6 +16,15 @@
 // KC_TILES tiles (int32 sums between blocks); its epilogue writes the output once. Every thread works alone on
 // its rows or columns, or, for a long reduction into a small output (weight gradients), on a range of K whose
 // int32 partial sums are added at the end.
+//
+// Without AMX, with AVX-512 VNNI (AMD Zen 4/5, Intel Ice Lake), the same packed tiles feed kernel_vnni: B's
+// tiles are already VNNI's layout, and VPDPBUSD multiplies unsigned by signed bytes, so A is packed as a + 128
+// (its bytes XOR 0x80) and 128 times each column's sum of B is taken off, modulo 2^32 like every int32 sum
+// here: the same exact C. It packs every A tile (no tile loads in place) and one 32-row strip of A at a time,
+// which stays in L1 while every column block of B passes over it. Reading A in place and flipping each
+// broadcast instead was slower inside training steps (AMD Zen 5: ResNet-50 b16 gq 241 against 186 ms).
+// Against torch._int_mm (oneDNN's gemm) alone, on AMD Zen 5, 2 threads: 0.67-0.94x its speed on forward
+// shapes, 1.5-1.8x on weight gradients' (docs/measurements.md).
 #include "gemm_amx.h"
 
 #include <algorithm>
@@ -25,19 +34,39 @@
 
 #include <omp.h>
 
-#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
-    defined(__linux__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__linux__)
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
 #define RQ_AMX 1
+#endif
+#ifdef __AVX512VNNI__
+#define RQ_VNNI 1
+#endif
+#endif
+#if defined(RQ_AMX) || defined(RQ_VNNI)
+#define RQ_TILES 1
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "bf16.h"
+#endif
+#ifdef RQ_AMX
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace rq {
 
 #ifdef RQ_AMX
+bool amx_usable() {
+    // Linux hands out the tiles' 8 KB of state per process on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+    // XFEATURE_XTILEDATA); without it the first tile instruction faults
+    static const bool ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+    return ok;
+}
+#else
+bool amx_usable() { return false; }
+#endif
+
+#ifdef RQ_TILES
 namespace {
 
 constexpr int64_t TK = 64;                 // k bytes in a tile row
@@ -56,13 +85,22 @@ struct alignas(64) TileConfig {
 };
 
 // every tile 16 rows of 64 bytes (tiles 0-3 C, 4-5 A, 6-7 B); per thread, before its first tile instruction
-void configure_tiles() {
+void configure_tiles([[maybe_unused]] bool amx) {
+#ifdef RQ_AMX
+    if (!amx) return;
     TileConfig cfg;
     for (int t = 0; t < 8; ++t) {
         cfg.colsb[t] = 64;
         cfg.rows[t] = 16;
     }
     _tile_loadconfig(&cfg);
+#endif
+}
+
+void release_tiles([[maybe_unused]] bool amx) {
+#ifdef RQ_AMX
+    if (amx) _tile_release();
+#endif
 }
 
 // 16 x 16 dword transpose: rows r[i] -> r[j] holds the former column j
@@ -105,8 +143,9 @@ __m512i interleave4(__m128i c0, __m128i c1, __m128i c2, __m128i c3) {
 }
 
 // One tile of x: indices [i0, i0 + ni), k [k0, k0 + nk) (ni <= 16, nk <= 64), zeros elsewhere; an A tile (row i:
-// index i's 64 k) or, `as_b`, a B tile (VNNI rows).
-void pack_tile(const Operand& x, int64_t i0, int ni, int64_t k0, int nk, bool as_b, int8_t* dst) {
+// index i's 64 k) or, `as_b`, a B tile (VNNI rows). `flip`: every byte stored XOR 0x80, a signed code c as the
+// unsigned c + 128 that VPDPBUSD multiplies (the VNNI kernel's A; a padding zero becomes 128, against B's zeros)
+void pack_tile(const Operand& x, int64_t i0, int ni, int64_t k0, int nk, bool as_b, int8_t* dst, bool flip = false) {
     __m512i r[16];
     bool vnni = false;  // r holds VNNI rows, else index rows
     if (ni <= 0 || nk <= 0) {
@@ -156,18 +195,31 @@ void pack_tile(const Operand& x, int64_t i0, int ni, int64_t k0, int nk, bool as
         for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(t[i]);
     }
     if (vnni != as_b) transpose16(r);
-    for (int i = 0; i < 16; ++i) _mm512_store_si512(dst + TK * i, r[i]);
+    const __m512i bias = _mm512_set1_epi8(flip ? (char)0x80 : 0);
+    for (int i = 0; i < 16; ++i) _mm512_store_si512(dst + TK * i, _mm512_xor_si512(r[i], bias));
 }
 
-// B's indices [i0, i0 + n), k [k0, k1) -> VNNI tiles [group of 16][k tile], n rounded up to 32 (pairs of groups)
-void pack_b(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, int8_t* dst) {
+// B's indices [i0, i0 + n), k [k0, k1) -> VNNI tiles [group of 16][k tile], n rounded up to 32 (pairs of groups).
+// `comp` (nullable, 16 per group): 128 times each column's sum over [k0, k1), which the VNNI kernel takes off
+// its sums of (a + 128) b
+void pack_b(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, int8_t* dst, int32_t* comp) {
     const int64_t kt = (k1 - k0 + TK - 1) / TK, groups = (n + 31) / 32 * 2;
-    for (int64_t g = 0; g < groups; ++g)
+    for (int64_t g = 0; g < groups; ++g) {
         for (int64_t t = 0; t < kt; ++t) {
             const int ni = (int)std::min<int64_t>(16, n - 16 * g);
             const int nk = (int)std::min<int64_t>(TK, k1 - k0 - TK * t);
             pack_tile(x, i0 + 16 * g, ni, k0 + TK * t, nk, true, dst + (g * kt + t) * TILE);
         }
+#ifdef RQ_VNNI
+        if (comp) {
+            const __m512i u128 = _mm512_set1_epi8((char)0x80);
+            __m512i sum = _mm512_setzero_si512();
+            for (int64_t q = 0; q < kt * 16; ++q)
+                sum = _mm512_dpbusd_epi32(sum, u128, _mm512_load_si512(dst + g * kt * TILE + TK * q));
+            _mm512_store_si512(comp + 16 * g, sum);
+        }
+#endif
+    }
 }
 
 // An A tile where the kernel loads it: rows at p + i * stride (its packed copy: stride 64)
@@ -190,12 +242,14 @@ int64_t equal_spacing(const Axis& ax, int64_t i0) {
 // A's indices [i0, i0 + n), k [k0, k1) as tile references [group of 16][k tile] (groups rounded up to pairs):
 // a whole tile whose rows are equally spaced and whose 64 k are one contiguous run is read in place by the
 // tile load itself (the rows of a 1x1 convolution, an implicit im2col's pixels along an image row where the
-// channels fill whole tiles), any other packed into `buf` (its slot of the same index)
-void prepare_a(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, int8_t* buf, TileRef* refs) {
+// channels fill whole tiles), any other packed into `buf` (its slot of the same index). `flip` (the VNNI
+// kernel's A): every tile packed, its bytes XOR 0x80
+void prepare_a(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, int8_t* buf, TileRef* refs,
+               bool flip) {
     const int64_t kt = (k1 - k0 + TK - 1) / TK, groups = (n + 31) / 32 * 2;
     for (int64_t g = 0; g < groups; ++g) {
         const int ni = (int)std::min<int64_t>(16, n - 16 * g);
-        const int64_t d = ni == 16 ? equal_spacing(x.idx, i0 + 16 * g) : 0;
+        const int64_t d = ni == 16 && !flip ? equal_spacing(x.idx, i0 + 16 * g) : 0;
         for (int64_t t = 0; t < kt; ++t) {
             const int nk = (int)std::min<int64_t>(TK, k1 - k0 - TK * t);
             TileRef& r = refs[g * kt + t];
@@ -203,12 +257,13 @@ void prepare_a(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, 
                 r = {x.at(i0 + 16 * g, k0 + TK * t), d};
             } else {
                 r = {buf + (g * kt + t) * TILE, TK};
-                pack_tile(x, i0 + 16 * g, ni, k0 + TK * t, nk, false, buf + (g * kt + t) * TILE);
+                pack_tile(x, i0 + 16 * g, ni, k0 + TK * t, nk, false, buf + (g * kt + t) * TILE, flip);
             }
         }
     }
 }
 
+#ifdef RQ_AMX
 // acc (32 x 32 int32) = A's two groups (tile references a, a + kt) . B's two groups over kt k tiles, added to
 // acc's values with `add`
 void kernel_2x2(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, bool add) {
@@ -239,6 +294,59 @@ void kernel_2x2(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, boo
     _tile_stored(1, acc + 16, 128);
     _tile_stored(2, acc + 16 * 32, 128);
     _tile_stored(3, acc + 16 * 32 + 16, 128);
+}
+#endif
+
+#ifdef RQ_VNNI
+// kernel_2x2 on AVX-512 VNNI, from the same packed tiles: A packed with its bytes XOR 0x80 (a + 128, unsigned),
+// B's VNNI rows as they are, so that VPDPBUSD adds (a + 128) b four k at a time; `comp` (32 values: 128 times
+// each column's sum of b over these k tiles) taken off. All int32 arithmetic wraps, so the result is the exact
+// sum of a b modulo 2^32, as TDPBSSD's. 8 rows x 32 columns of C in registers at a time: 16 accumulators, the
+// two B vectors of a k quad loaded once for 8 broadcasts of A.
+void kernel_vnni(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, bool add, const int32_t* comp) {
+    const int8_t* b1 = b + kt * TILE;
+    const __m512i comp0 = _mm512_load_si512(comp), comp1 = _mm512_load_si512(comp + 16);
+    for (int h = 0; h < 4; ++h) {
+        const TileRef* ag = a + (h / 2) * kt;
+        const int64_t r0 = (h % 2) * 8;
+        int32_t* out = acc + 32 * 8 * h;
+        __m512i c[8][2];
+        for (int r = 0; r < 8; ++r) {
+            // (acc may be a partial sum of a std::vector: not 64-byte aligned)
+            c[r][0] = _mm512_sub_epi32(add ? _mm512_loadu_si512(out + 32 * r) : _mm512_setzero_si512(), comp0);
+            c[r][1] = _mm512_sub_epi32(add ? _mm512_loadu_si512(out + 32 * r + 16) : _mm512_setzero_si512(), comp1);
+        }
+        for (int64_t t = 0; t < kt; ++t) {
+            const int8_t* ap = ag[t].p + r0 * TK;
+            const int8_t *bp0 = b + t * TILE, *bp1 = b1 + t * TILE;
+            for (int q = 0; q < 16; ++q) {
+                const __m512i v0 = _mm512_load_si512(bp0 + TK * q), v1 = _mm512_load_si512(bp1 + TK * q);
+                for (int r = 0; r < 8; ++r) {
+                    int32_t quad;
+                    std::memcpy(&quad, ap + TK * r + 4 * q, 4);
+                    const __m512i u = _mm512_set1_epi32(quad);
+                    c[r][0] = _mm512_dpbusd_epi32(c[r][0], u, v0);
+                    c[r][1] = _mm512_dpbusd_epi32(c[r][1], u, v1);
+                }
+            }
+        }
+        for (int r = 0; r < 8; ++r) {
+            _mm512_storeu_si512(out + 32 * r, c[r][0]);
+            _mm512_storeu_si512(out + 32 * r + 16, c[r][1]);
+        }
+    }
+}
+#endif
+
+// acc = the block's product on the kernel this CPU has (amx: the tiles, else VNNI)
+inline void kernel([[maybe_unused]] bool amx, const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, bool add,
+                   [[maybe_unused]] const int32_t* comp) {
+#ifdef RQ_AMX
+    if (amx) return kernel_2x2(a, b, kt, acc, add);
+#endif
+#ifdef RQ_VNNI
+    kernel_vnni(a, b, kt, acc, add, comp);
+#endif
 }
 
 // 16 results of one row: int32, or float32 v * scale (the epilogue's arithmetic), or that rounded to bfloat16;
@@ -282,32 +390,35 @@ int64_t block_span(int64_t kt, int64_t bytes) { return std::max<int64_t>(32, byt
 
 // C[m0:m1, n0:n1] = A[m0:m1, k0:k1] . B[k0:k1, n0:n1], by one thread. K in blocks of KC_TILES tiles; the 32 x 32
 // accumulators of all but the last block wait in `sums` (int32, one per 32 x 32 block of this part's C)
-void part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, int64_t k1, const Operand& a,
+void part(bool amx, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, int64_t k1, const Operand& a,
           const Operand& b, void* c, OutRows out, OutScale scale, bool bf16) {
     const int64_t kt_all = (k1 - k0 + TK - 1) / TK;
     const int64_t kblocks = (kt_all + KC_TILES - 1) / KC_TILES;
     const int64_t kt_max = (kt_all + kblocks - 1) / kblocks;  // equal blocks
-    const int64_t mc_max = block_span(kt_max, A_BLOCK_BYTES), nc_max = block_span(kt_max, B_BLOCK_BYTES);
+    // VNNI packs every A tile: one 32-row strip at a time, used by all of the block's columns while in L1
+    const int64_t mc_max = amx ? block_span(kt_max, A_BLOCK_BYTES) : 32, nc_max = block_span(kt_max, B_BLOCK_BYTES);
     const int64_t mr = (m1 - m0 + 31) / 32, nr = (n1 - n0 + 31) / 32;
     Buffer ap(std::min(mc_max / 32, mr) * 2 * kt_max * TILE), bp(std::min(nc_max / 32, nr) * 2 * kt_max * TILE);
     std::vector<int32_t> sums(kblocks > 1 ? (size_t)(mr * nr * 32 * 32) : 0);
     std::vector<TileRef> arefs((size_t)(std::min(mc_max / 32, mr) * 2 * kt_max));
+    Buffer comp(amx ? 0 : std::min(nc_max / 32, nr) * 32 * (int64_t)sizeof(int32_t));  // VNNI: pack_b's sums
     alignas(64) int32_t acc[32 * 32];
     for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t pc = k0 + kb * kt_max * TK, pe = std::min(k1, pc + kt_max * TK), kt = (pe - pc + TK - 1) / TK;
         const bool first = kb == 0, last = kb + 1 == kblocks;
         for (int64_t jc = n0; jc < n1; jc += nc_max) {
             const int64_t nc = std::min(nc_max, n1 - jc);
-            pack_b(b, jc, nc, pc, pe, bp.p);
+            pack_b(b, jc, nc, pc, pe, bp.p, amx ? nullptr : reinterpret_cast<int32_t*>(comp.p));
             for (int64_t ic = m0; ic < m1; ic += mc_max) {
                 const int64_t mc = std::min(mc_max, m1 - ic);
-                prepare_a(a, ic, mc, pc, pe, ap.p, arefs.data());
+                prepare_a(a, ic, mc, pc, pe, ap.p, arefs.data(), !amx);
                 for (int64_t ir = 0; ir < mc; ir += 32)
                     for (int64_t jr = 0; jr < nc; jr += 32) {
                         int32_t* s = last && first ? acc
                                                    : sums.data() + (((ic + ir - m0) / 32) * nr + (jc + jr - n0) / 32) * 1024;
                         if (!first && last) std::memcpy(acc, s, sizeof(acc)), s = acc;
-                        kernel_2x2(arefs.data() + ir / 16 * kt, bp.p + jr / 16 * kt * TILE, kt, s, !first);
+                        kernel(amx, arefs.data() + ir / 16 * kt, bp.p + jr / 16 * kt * TILE, kt, s, !first,
+                               reinterpret_cast<const int32_t*>(comp.p) + jr);
                         if (last)
                             write_block(s, (int)std::min<int64_t>(32, mc - ir), (int)std::min<int64_t>(32, nc - jr),
                                         c, out, ic + ir, jc + jr, scale, bf16);
@@ -319,16 +430,18 @@ void part(int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, int64_t k1
 
 }  // namespace
 
-bool amx_usable() {
-    // Linux hands out the tiles' 8 KB of state per process on request (arch_prctl ARCH_REQ_XCOMP_PERM for
-    // XFEATURE_XTILEDATA); without it the first tile instruction faults
-    static const bool ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-    return ok;
+bool tile_gemm_usable() {
+#ifdef RQ_VNNI
+    return true;
+#else
+    return amx_usable();
+#endif
 }
 
 bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c, OutRows out,
               OutScale scale, bool bf16) {
-    if (!amx_usable()) return false;
+    if (!tile_gemm_usable()) return false;
+    const bool amx = amx_usable();
     // small products stay on one thread (gemm.cpp's reason)
     const int nt = (double)M * N * K < (double)(1 << 22) ? 1 : std::max(1, omp_get_max_threads());
     const bool split_k = nt > 1 && K >= 8 * std::max(M, N) && K >= 64 * TK;
@@ -340,12 +453,12 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
         {
             const int64_t t = omp_get_thread_num(), lo = std::min(span, t * step), hi = std::min(span, lo + step);
             if (lo < hi) {
-                configure_tiles();
+                configure_tiles(amx);
                 if (by_cols)
-                    part(0, M, lo, hi, 0, K, a, b, c, out, scale, bf16);
+                    part(amx, 0, M, lo, hi, 0, K, a, b, c, out, scale, bf16);
                 else
-                    part(lo, hi, 0, N, 0, K, a, b, c, out, scale, bf16);
-                _tile_release();
+                    part(amx, lo, hi, 0, N, 0, K, a, b, c, out, scale, bf16);
+                release_tiles(amx);
             }
         }
         return true;
@@ -359,9 +472,9 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
         const int t = omp_get_thread_num();
         const int64_t k0 = std::min(K, t * per), k1 = std::min(K, k0 + per);
         if (k0 < k1) {
-            configure_tiles();
-            part(0, M, 0, N, k0, k1, a, b, partial[t].data(), OutRows{N}, OutScale{}, false);
-            _tile_release();
+            configure_tiles(amx);
+            part(amx, 0, M, 0, N, k0, k1, a, b, partial[t].data(), OutRows{N}, OutScale{}, false);
+            release_tiles(amx);
         }
     }
 #pragma omp parallel for num_threads(nt)
@@ -380,7 +493,8 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
 bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c,
                     OutRows out, OutScale scale, bool bf16) {
     if (batch.count == 1) return gemm_amx(M, N, K, a, b, c, out, scale, bf16);
-    if (!amx_usable()) return false;
+    if (!tile_gemm_usable()) return false;
+    const bool amx = amx_usable();
     const int nt = (double)M * N * K * batch.count < (double)(1 << 22) ? 1 : std::max(1, omp_get_max_threads());
     const int64_t bytes = bf16 ? 2 : 4;
     // a long reduction into a small C (a weight gradient): B is the large operand, and every row range would
@@ -407,21 +521,21 @@ bool gemm_amx_batch(const Batch& batch, int64_t M, int64_t N, int64_t K, const O
 #pragma omp for schedule(static)
         for (int64_t u = 0; u < batch.count * parts; ++u) {
             const int64_t j = u / parts, lo = u % parts * step, hi = std::min(span, lo + step);
-            if (!configured) configure_tiles(), configured = true;
+            if (!configured) configure_tiles(amx), configured = true;
             const BatchItem item(batch, j, M, N, a, b, c, bytes, scale);
             if (by_cols)
-                part(0, M, lo, hi, 0, K, item.a, item.b, item.c, out, item.scale, bf16);
+                part(amx, 0, M, lo, hi, 0, K, item.a, item.b, item.c, out, item.scale, bf16);
             else
-                part(lo, hi, 0, N, 0, K, item.a, item.b, item.c, out, item.scale, bf16);
+                part(amx, lo, hi, 0, N, 0, K, item.a, item.b, item.c, out, item.scale, bf16);
         }
-        if (configured) _tile_release();
+        if (configured) release_tiles(amx);
     }
     return true;
 }
 
-#else  // built without AMX
+#else  // built without AMX or AVX-512 VNNI
 
-bool amx_usable() { return false; }
+bool tile_gemm_usable() { return false; }
 
 bool gemm_amx(int64_t, int64_t, int64_t, const Operand&, const Operand&, void*, OutRows, OutScale, bool) {
     return false;

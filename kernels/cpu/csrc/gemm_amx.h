@@ -10,6 +10,9 @@ namespace rq {
 // Whether this library was built with AMX-INT8 and Linux lets the process use the tiles.
 bool amx_usable();
 
+// Whether gemm_amx runs here: on AMX tiles (amx_usable), or else on AVX-512 VNNI from the same packed tiles
+bool tile_gemm_usable();
+
 // C (M x N, its rows where `out` puts them) = A . B with exact int32 sums; with `scale` C is float32 (float)acc *
 // scale, with `bf16` too that value rounded to bfloat16 (C then uint16_t). False, and nothing written, where AMX
 // is not usable: the caller's GEMM runs instead.
