@@ -200,9 +200,12 @@ keep:
 seed-plan:
 	$(BIN)/python -m tables.seed_plan --kept $(if $(KEPT),$(KEPT),results/reference/$(PROFILE)) --profile $(PROFILE)
 
+# RESULTS=results/reference/embedded (the kept folder) without KEPT reads the kept tables there: without
+# --kept the report generates the tables it lacks, which trained cells into the kept folder itself
 claims:
 	$(BIN)/python -m tables.claims --profile $(PROFILE) --results-dir $(RESULTS) $(if $(SEEDS),--seeds $(SEEDS)) \
-	  $(if $(DEVICE),--device $(DEVICE)) $(if $(KEPT),--kept $(KEPT))
+	  $(if $(DEVICE),--device $(DEVICE)) \
+	  $(if $(KEPT),--kept $(KEPT),$(if $(filter $(abspath $(RESULTS)),$(abspath $(README_REPORT))),--kept $(RESULTS)))
 	$(if $(filter $(abspath $(RESULTS)),$(abspath $(README_REPORT))),$(BIN)/python -m tables.readme)
 
 # README.md's "What was reproduced" table, generated from the kept claims report (tables/readme.py); `make

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -474,3 +475,18 @@ def test_every_claim_is_in_the_reports_order_once():
 def test_no_module_of_the_claims_package_runs_over_400_lines():
     package = Path(claims.__file__).parent
     assert {p.name: n for p in package.glob("*.py") if (n := len(p.read_text().splitlines())) > 400} == {}
+
+
+def test_make_claims_on_the_kept_folder_reads_its_kept_tables():
+    """`make claims RESULTS=results/reference/embedded` (docs/tables.md) reads the kept tables there, as
+    KEPT= does: without --kept the report generates the tables it lacks, which trained cells into the kept
+    folder."""
+    root = Path(__file__).resolve().parents[1]
+
+    def dry(*args):
+        cmd = ["make", "-n", "claims", *args]
+        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=True)
+
+    assert "--kept results/reference/embedded" in dry("RESULTS=results/reference/embedded").stdout
+    assert "--kept" not in dry("RESULTS=/tmp/some-results").stdout
+    assert "--kept /tmp/kept" in dry("RESULTS=results/reference/embedded", "KEPT=/tmp/kept").stdout
