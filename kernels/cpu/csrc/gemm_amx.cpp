@@ -418,7 +418,7 @@ void part(bool amx, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, 
                                                    : sums.data() + (((ic + ir - m0) / 32) * nr + (jc + jr - n0) / 32) * 1024;
                         if (!first && last) std::memcpy(acc, s, sizeof(acc)), s = acc;
                         kernel(amx, arefs.data() + ir / 16 * kt, bp.p + jr / 16 * kt * TILE, kt, s, !first,
-                               reinterpret_cast<const int32_t*>(comp.p) + jr);
+                               amx ? nullptr : reinterpret_cast<const int32_t*>(comp.p) + jr);
                         if (last)
                             write_block(s, (int)std::min<int64_t>(32, mc - ir), (int)std::min<int64_t>(32, nc - jr),
                                         c, out, ic + ir, jc + jr, scale, bf16);
