@@ -139,8 +139,8 @@ def implicit_ok(channels: int) -> bool:
 
 def table_run_ok(run: int) -> bool:
     """Whether the native GEMM reads an operand's k in runs of this many channels through a table: a
-    multiple of 16 (the vector GEMM's 16-byte loads stay inside one run), or on AMX tiles any 16 or more (a
-    masked load per run, gemm_amx.cpp)."""
+    multiple of 16 (the vector GEMM's 16-byte loads stay inside one run), or on the tile GEMM (AMX or AVX-512
+    VNNI) any 16 or more (a masked load per run, gemm_amx.cpp)."""
     return run % 16 == 0 or (run >= 16 and routes.native_tiles())
 
 

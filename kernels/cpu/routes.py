@@ -61,9 +61,9 @@ def native_gemm() -> bool:
     GEMM runs (native_tiles: AMX, or AVX-512 VNNI). On AMX torch._int_mm does not use the tiles: oneDNN's gemm
     API ran ResNet-50's 1x1 products at 1.0-1.9x the AMX GEMM's time alone, and slower still inside a step.
     On AVX-512 VNNI (AMD Zen 5) the tile GEMM's kernel runs at about _int_mm's rate, and its implicit im2col,
-    scaled stores and in-place phases made whole INT8 steps 7-40% faster than _int_mm and oneDNN
-    (docs/measurements.md). REPRO_CPU_GEMM=torch keeps _int_mm; ungrouped convolutions with a multiple of
-    16 input channels leave oneDNN for it too (native_conv_on_tiles)."""
+    scaled stores and in-place phases made ResNet steps 4-12% faster than _int_mm and oneDNN (in-process A/B;
+    MobileNetV2's the same within 5%; docs/measurements.md). REPRO_CPU_GEMM=torch keeps _int_mm; ungrouped
+    convolutions with a multiple of 16 input channels leave oneDNN for it too (native_conv_on_tiles)."""
     if not torch_int8_fast():
         return True
     return os.environ.get("REPRO_CPU_GEMM") != "torch" and native_tiles()

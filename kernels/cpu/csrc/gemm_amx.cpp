@@ -22,9 +22,10 @@
 // (its bytes XOR 0x80) and 128 times each column's sum of B is taken off, modulo 2^32 like every int32 sum
 // here: the same exact C. It packs every A tile (no tile loads in place) and one 32-row strip of A at a time,
 // which stays in L1 while every column block of B passes over it. Reading A in place and flipping each
-// broadcast instead was slower inside training steps (AMD Zen 5: ResNet-50 b16 gq 241 against 186 ms).
-// Against torch._int_mm (oneDNN's gemm) alone, on AMD Zen 5, 2 threads: 0.67-0.94x its speed on forward
-// shapes, 1.5-1.8x on weight gradients' (docs/measurements.md).
+// broadcast instead made training steps 4-5% slower (AMD Zen 5, in-process A/B). Against torch._int_mm
+// (oneDNN's gemm) alone, AMD Zen 5, 2 threads, before the strips: 0.67-0.94x its speed on forward shapes,
+// 1.5-1.8x on weight gradients' with a transposed A (_int_mm timed with its contiguous copy);
+// docs/measurements.md.
 #include "gemm_amx.h"
 
 #include <algorithm>

@@ -14,8 +14,8 @@ bool amx_usable();
 bool tile_gemm_usable();
 
 // C (M x N, its rows where `out` puts them) = A . B with exact int32 sums; with `scale` C is float32 (float)acc *
-// scale, with `bf16` too that value rounded to bfloat16 (C then uint16_t). False, and nothing written, where AMX
-// is not usable: the caller's GEMM runs instead.
+// scale, with `bf16` too that value rounded to bfloat16 (C then uint16_t). False, and nothing written, where the
+// tile GEMM is not usable (tile_gemm_usable): the caller's GEMM runs instead.
 bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& b, void* c, OutRows out,
               OutScale scale, bool bf16);
 
