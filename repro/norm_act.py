@@ -73,15 +73,15 @@ class _ResidualNormActFunction(torch.autograd.Function):
         )
         if running is None:
             module.update_running_stats(saved.mean, var, x.numel() // x.shape[1])
-        ctx.save_for_backward(x, weight, y)  # y for the activation's mask, as torch's ReLU keeps its output
+        ctx.save_for_backward(x, weight)  # the activation's mask of y in `saved`, not y (kernels/cpu/norm.py)
         ctx.norm_saved, ctx.backend = saved, backend
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, gy):
-        x, weight, y = ctx.saved_tensors
-        gx, gw, gb, gr = ctx.backend.norm_act_residual_backward(gy, y, x, weight, ctx.norm_saved)
+        x, weight = ctx.saved_tensors
+        gx, gw, gb, gr = ctx.backend.norm_act_residual_backward(gy, x, weight, ctx.norm_saved)
         needs = ctx.needs_input_grad
         grads = gx, gr, gw, gb
         return (*(g if need else None for g, need in zip(grads, needs, strict=False)), None, None)

@@ -6,6 +6,7 @@ import copy
 import math
 import types
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -264,8 +265,13 @@ def test_residual_forward_and_backward(dtype, channels):
     assert s.item() == s_fresh.item() and torch.equal(q, q_fresh)
     assert cpu.absmax_quantize(y)[0] is q  # the second reader takes the codes the first one wrote
 
+    rows = y.permute(0, 2, 3, 1).reshape(-1, channels)  # the backward pass reads y's mask as bits, not y
+    bits = np.unpackbits(saved.mask.numpy(), axis=1, bitorder="little")[:, :channels]
+    assert saved.mask.shape == (rows.shape[0], (channels + 7) // 8)
+    assert np.array_equal(bits, (rows > 0).numpy().astype(np.uint8))
+
     g = torch.randn(x.shape, generator=gen).to(dtype).contiguous(memory_format=torch.channels_last)
-    gx, gw, gb, gr = cpu.norm_act_residual_backward(g, y, x, w, saved)
+    gx, gw, gb, gr = cpu.norm_act_residual_backward(g, x, w, saved)
     assert gr.dtype == gx.dtype == dtype and gr.stride() == gx.stride() == x.stride()
     assert torch.equal(gr, g * (y > 0))
     xr, wr, br = (v.double().requires_grad_() for v in (x, w, b))

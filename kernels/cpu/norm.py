@@ -8,8 +8,10 @@ max|gx| and moments. Both are kept in kernels.cpu.known for the quantizer that r
 
 With a residual r (a ResNet block's last BatchNorm, the sum with its shortcut and the ReLU after it), y =
 clamp(BatchNorm(x) + r, lo, hi), rounded as torch rounds the BatchNorm's output and the sum; then only y's
-scale is kept (y is not monotone in x, so max|y| comes with y and the quantizer writes the codes), and the
-backward pass masks g by the stored y and returns g' as r's gradient too.
+scale is kept (y is not monotone in x, so max|y| comes with y and the quantizer writes the codes), with the
+activation's mask lo < y < hi of the stored y as bits (Saved.mask), and the backward pass masks g by them
+and returns g' as r's gradient too. The bits, not y, are what the backward pass keeps: 1/32 of a float32
+y's bytes to read, and y is freed once the layers after it are done with it.
 
 mean and the biased variance are the batch's, per channel, summed in double. Float32 or bfloat16 tensors
 (under bf16 autocast the int8 convolutions return bfloat16) with channels innermost in memory only
@@ -55,7 +57,8 @@ def _channel_vector(t: torch.Tensor | None) -> torch.Tensor | None:
 @dataclass
 class Saved:
     """What the backward pass needs of the forward pass, per channel: float32 mean and the coefficients
-    of y = clamp(x a + b, lo, hi), float64 invstd."""
+    of y = clamp(x a + b, lo, hi), float64 invstd; with a residual, y's activation mask (uint8, a bit an
+    element, each row of C channels in (C + 7) // 8 bytes)."""
 
     mean: torch.Tensor
     invstd: torch.Tensor
@@ -63,6 +66,7 @@ class Saved:
     b: torch.Tensor
     lo: float
     hi: float
+    mask: torch.Tensor | None = None
 
 
 def forward(
@@ -77,19 +81,20 @@ def forward(
     n = x.numel() // c
     y = torch.empty_like(x)  # x's strides: its (rows, C) layout
     q = None if residual is not None else torch.empty_like(x, dtype=torch.int8)
+    mask = None if residual is None else torch.empty((n, (c + 7) // 8), dtype=torch.uint8)
     mean, a, b, scale = torch.empty(c), torch.empty(c), torch.empty(c), torch.empty(())
     invstd, var = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
     w, bb = _channel_vector(weight), _channel_vector(bias)  # held while the native call reads them
     rm, rv = running if running is not None else (None, None)
     bad = runtime.library().rq_norm_forward(
-        pointer(x), pointer(residual), pointer(y), pointer(q), n, c, pointer(w), pointer(bb), eps, lo, hi,
-        pointer(mean), pointer(invstd), pointer(var), pointer(a), pointer(b), pointer(scale),
+        pointer(x), pointer(residual), pointer(y), pointer(q), pointer(mask), n, c, pointer(w), pointer(bb),
+        eps, lo, hi, pointer(mean), pointer(invstd), pointer(var), pointer(a), pointer(b), pointer(scale),
         pointer(rm), pointer(rv), momentum, int(x.dtype == torch.bfloat16),
     )  # fmt: skip
     if bad:
         raise NonFiniteError(f"non-finite values in BatchNorm's input or output of shape {tuple(x.shape)}")
     known.remember(y, known.Facts(scale=scale, codes=q))
-    return y, var, Saved(mean, invstd, a, b, lo, hi)
+    return y, var, Saved(mean, invstd, a, b, lo, hi, mask)
 
 
 def residual_supported(x: torch.Tensor, residual: torch.Tensor) -> bool:
@@ -104,24 +109,26 @@ def backward(g: torch.Tensor, x: torch.Tensor, weight, saved: Saved):
     return _backward(g, x, weight, saved, None)[:3]
 
 
-def residual_backward(g: torch.Tensor, y: torch.Tensor, x: torch.Tensor, weight, saved: Saved):
+def residual_backward(g: torch.Tensor, x: torch.Tensor, weight, saved: Saved):
     """backward's (gx, grad of the weight, grad of the bias) and the residual's gradient, where forward took
-    a residual and returned y."""
-    return _backward(g, x, weight, saved, y)
+    a residual (its Saved holds the output's mask)."""
+    if saved.mask is None:
+        raise ValueError("residual_backward needs the Saved of a forward pass with a residual")
+    return _backward(g, x, weight, saved, saved.mask)
 
 
-def _backward(g, x, weight, saved, y):
+def _backward(g, x, weight, saved, mask):
     c = x.shape[1]
     n = x.numel() // c
     if g.dtype != x.dtype or g.stride() != x.stride():
         g = torch.empty_like(x).copy_(g)  # x's layout (an upstream op may hand a gradient in another)
     gx, gw, gb = torch.empty_like(x), torch.empty(c), torch.empty(c)  # of their own: autograd keeps gw, gb
-    gr = None if y is None else torch.empty_like(x)
+    gr = None if mask is None else torch.empty_like(x)
     gmax, sd = torch.empty(c), torch.empty(c)
     m1, m2 = torch.empty(c, dtype=torch.float64), torch.empty(c, dtype=torch.float64)
     s, w = saved, _channel_vector(weight)  # held while the native call reads it
     bad = runtime.library().rq_norm_backward(
-        pointer(g), pointer(y), pointer(x), pointer(gr), pointer(gx), n, c, pointer(w),
+        pointer(g), pointer(mask), pointer(x), pointer(gr), pointer(gx), n, c, pointer(w),
         pointer(s.a), pointer(s.b), s.lo, s.hi, pointer(s.mean), pointer(s.invstd),
         pointer(gw), pointer(gb), pointer(gmax), pointer(m1), pointer(m2), pointer(sd),
         int(x.dtype == torch.bfloat16),

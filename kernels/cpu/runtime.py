@@ -127,10 +127,10 @@ def library() -> ctypes.CDLL | None:
     lib.rq_round_float_format.argtypes = (ptr, ptr, i64, i32, i32, ctypes.c_float, ptr, ptr)
     lib.rq_round_float_format.restype = i64
     f64 = ctypes.c_double
-    # (x, residual, y, codes, rows, C) or (g, y, x, residual's gradient, gx, rows, C) ... (lo, hi, then six
-    # per-channel arrays) ... and last, whether the tensors are bfloat16 (else float32)
+    # (x, residual, y, codes, mask bits, rows, C) or (g, mask bits, x, residual's gradient, gx, rows, C) ...
+    # (lo, hi, then six per-channel arrays) ... and last, whether the tensors are bfloat16 (else float32)
     bounds_and_channels = (f32, f32) + (ptr,) * 6
-    fwd_args, bwd_args = (ptr,) * 4 + (i64, i64, ptr, ptr, f64), (ptr,) * 5 + (i64, i64, ptr, ptr, ptr)
+    fwd_args, bwd_args = (ptr,) * 5 + (i64, i64, ptr, ptr, f64), (ptr,) * 5 + (i64, i64, ptr, ptr, ptr)
     lib.rq_norm_forward.argtypes = (*fwd_args, *bounds_and_channels, ptr, ptr, f64, i32)
     lib.rq_norm_backward.argtypes = (*bwd_args, *bounds_and_channels, ptr, ptr, i32)
     for fn in (lib.rq_norm_forward, lib.rq_norm_backward):

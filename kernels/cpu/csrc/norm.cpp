@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -115,6 +116,16 @@ struct V8 {
         return _mm256_and_ps(g, _mm256_and_ps(_mm256_cmp_ps(z, lo, _CMP_GT_OQ), _mm256_cmp_ps(z, hi, _CMP_LT_OQ)));
     }
     static void codes(int8_t* q, F v, F inv) { store8(q, codes_nearest8(v, inv)); }
+    // the activation's mask of 8 lanes as 8 bits (lane i: bit i), lo < v < hi; and g where a mask's bit is set
+    static void store_bits(uint8_t* p, F v, F lo, F hi) {
+        *p = (uint8_t)_mm256_movemask_ps(
+            _mm256_and_ps(_mm256_cmp_ps(v, lo, _CMP_GT_OQ), _mm256_cmp_ps(v, hi, _CMP_LT_OQ)));
+    }
+    static F masked_by_bits(const uint8_t* p, F g) {
+        const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        const __m256i on = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(*p), lane), lane);
+        return _mm256_and_ps(g, _mm256_castsi256_ps(on));
+    }
     static F load(const T* p) {
         if constexpr (std::is_same_v<T, float>) return _mm256_loadu_ps(p);
         else return load_bf16x8(p);
@@ -155,6 +166,15 @@ struct V16 {
         return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(z, lo, _CMP_GT_OQ) & _mm512_cmp_ps_mask(z, hi, _CMP_LT_OQ), g);
     }
     static void codes(int8_t* q, F v, F inv) { store16(q, codes_nearest16(v, inv)); }
+    static void store_bits(uint8_t* p, F v, F lo, F hi) {
+        const uint16_t m = _mm512_cmp_ps_mask(v, lo, _CMP_GT_OQ) & _mm512_cmp_ps_mask(v, hi, _CMP_LT_OQ);
+        std::memcpy(p, &m, 2);
+    }
+    static F masked_by_bits(const uint8_t* p, F g) {
+        uint16_t m;
+        std::memcpy(&m, p, 2);
+        return _mm512_maskz_mov_ps(m, g);
+    }
     static F load(const T* p) {
         if constexpr (std::is_same_v<T, float>) return _mm512_loadu_ps(p);
         else return load_bf16x16(p);
@@ -359,14 +379,20 @@ static void norm_apply(const T* x, T* y, int8_t* q, int64_t rows, int64_t C, con
     }
 }
 
+// The activation's mask of a residual's output, one bit an element: row r's at bits + r * mask_row_bytes(C),
+// channel c its byte c / 8's bit c % 8 (a row's bytes its own: the threads share out rows)
+static inline int64_t mask_row_bytes(int64_t C) { return (C + 7) / 8; }
+
 // With a residual r (ResNet blocks: the block's last BatchNorm, the sum with the shortcut, its ReLU):
 // y = clamp(round(round(x a_c + b_c) + r), lo, hi), the rounding T's as torch rounds the BatchNorm's output
-// and the sum. max|y| (scale) comes out of this pass, since y is no longer monotone in x; its codes are left
-// to the quantizer, which then needs one pass over y instead of two. Returns 1 on a NaN or an Inf in the sum
-// (the sums of round(t + r) are found on the way: a clamp would hide a NaN).
+// and the sum, and the mask lo < y < hi as bits (what the backward pass reads instead of y: 1/32 of a
+// float32 y's bytes, and y is not kept for it). max|y| (scale) comes out of this pass, since y is no longer
+// monotone in x; its codes are left to the quantizer, which then needs one pass over y instead of two.
+// Returns 1 on a NaN or an Inf in the sum (the sums of round(t + r) are found on the way: a clamp would hide
+// a NaN).
 template <class T>
-static int norm_apply_residual(const T* x, const T* res, T* y, int64_t rows, int64_t C, const float* a,
-                               const float* b, float lo, float hi, float* scale) {
+static int norm_apply_residual(const T* x, const T* res, T* y, uint8_t* bits, int64_t rows, int64_t C,
+                               const float* a, const float* b, float lo, float hi, float* scale) {
     using E = Elem<T>;
     Partials P(C);  // f1: sums of the sum before the clamp; hi: max|y|
     const bool stream = streamed(y, rows, C);
@@ -375,23 +401,27 @@ static int norm_apply_residual(const T* x, const T* res, T* y, int64_t rows, int
         float *p1 = P.f1.data() + o, *m = P.hi.data() + o;
         const T *xr = x + r * C, *rr = res + r * C;
         T* out = y + r * C;
+        uint8_t* rb = bits + r * mask_row_bytes(C);
         int64_t c = vector_part<T>(wide, [&](auto v, int64_t c) {
             using V = decltype(v);
             const auto vlo = V::set1(lo), vhi = V::set1(hi);
-            for (; c + V::N <= C; c += V::N) {
+            for (; c + V::N <= C; c += V::N) {  // c: a multiple of 8, so the lanes' bits are whole bytes
                 const auto t = V::round(V::add(V::mul(V::load(xr + c), V::ld(a + c)), V::ld(b + c)));
                 const auto u = V::round(V::add(t, V::load(rr + c)));
                 const auto w = V::min(V::max(u, vlo), vhi);  // lo, hi: values of T, so w needs no rounding
                 V::store(out + c, w, stream);
+                V::store_bits(rb + c / 8, w, vlo, vhi);
                 V::st(p1 + c, V::add(V::ld(p1 + c), u));
                 V::st(m + c, V::max(V::ld(m + c), V::abs(w)));
             }
             return c;
         });
+        std::fill(rb + c / 8, rb + mask_row_bytes(C), (uint8_t)0);  // the tail's bytes (c: a multiple of 8)
         for (; c < C; ++c) {
             const float t = E::round(E::load(xr + c) * a[c] + b[c]), u = E::round(t + E::load(rr + c));
             const float w = activate(u, lo, hi);
             E::store(out + c, w);
+            rb[c / 8] |= (uint8_t)((w > lo && w < hi) << (c % 8));
             p1[c] += u;
             m[c] = std::fmax(m[c], std::fabs(w));
         }
@@ -453,24 +483,25 @@ static void norm_grad_sums(const T* g, const T* x, int64_t rows, int64_t C, cons
     P.reduce(sg, sgx, nullptr, nullptr);
 }
 
-// With a residual: g' = g where lo < y < hi (y: the stored output, as torch's ReLU backward reads it), written
-// to gr (the gradient of the shortcut and of the BatchNorm's output), and the sums of g' and g' (x - mean_c)
+// With a residual: g' = g where lo < y < hi (the forward pass's mask bits of the stored output y, as torch's
+// ReLU backward reads y), written to gr (the gradient of the shortcut and of the BatchNorm's output), and the
+// sums of g' and g' (x - mean_c)
 template <class T>
-static void norm_grad_sums_residual(const T* g, const T* y, const T* x, T* gr, int64_t rows, int64_t C, float lo,
-                                    float hi, const float* mean, double* sg, double* sgx) {
+static void norm_grad_sums_residual(const T* g, const uint8_t* bits, const T* x, T* gr, int64_t rows, int64_t C,
+                                    const float* mean, double* sg, double* sgx) {
     using E = Elem<T>;
     Partials P(C);
     const bool stream = streamed(gr, rows, C);
     const bool wide = wide_rows(C);
     over_rows(rows, C, P, [&](size_t o, int64_t r) {
         float *p1 = P.f1.data() + o, *p2 = P.f2.data() + o;
-        const T *gv = g + r * C, *yr = y + r * C, *xr = x + r * C;
+        const T *gv = g + r * C, *xr = x + r * C;
+        const uint8_t* rb = bits + r * mask_row_bytes(C);
         T* out = gr + r * C;
         int64_t c = vector_part<T>(wide, [&](auto v, int64_t c) {
             using V = decltype(v);
-            const auto vlo = V::set1(lo), vhi = V::set1(hi);
             for (; c + V::N <= C; c += V::N) {
-                const auto gp = V::inside(V::load(yr + c), vlo, vhi, V::load(gv + c));
+                const auto gp = V::masked_by_bits(rb + c / 8, V::load(gv + c));
                 const auto d = V::sub(V::load(xr + c), V::ld(mean + c));
                 V::store(out + c, gp, stream);  // a value of T already: no rounding
                 V::st(p1 + c, V::add(V::ld(p1 + c), gp));
@@ -479,7 +510,7 @@ static void norm_grad_sums_residual(const T* g, const T* y, const T* x, T* gr, i
             return c;
         });
         for (; c < C; ++c) {
-            const float yc = E::load(yr + c), gp = (yc > lo && yc < hi) ? E::load(gv + c) : 0.0f;
+            const float gp = (rb[c / 8] >> (c % 8)) & 1 ? E::load(gv + c) : 0.0f;
             E::store(out + c, gp);
             p1[c] += gp;
             p2[c] += gp * (E::load(xr + c) - mean[c]);
@@ -530,14 +561,15 @@ static int norm_grad_apply(const T* g, const T* x, T* gx, int64_t rows, int64_t 
 }
 
 // The forward pass: statistics, the per-channel coefficients (in double), y's scale, then y and its codes;
-// with a residual res (not null), y = clamp(BatchNorm(x) + res, lo, hi) and its scale, no codes.
+// with a residual res (not null), y = clamp(BatchNorm(x) + res, lo, hi), its scale and its activation's mask
+// bits (rows x mask_row_bytes(C)), no codes.
 // weight / bias may be null (no affine). The running statistics (unless null) move towards the batch's as
 // torch's BatchNorm moves them (Normalization.cpp, batch_norm_cpu_update_stats_template: in double, from
 // the float32 mean and the unbiased variance, with momentum `factor`), here rather than in five torch ops
 // (tens of microseconds a layer). Returns 1 on a NaN or an Inf in x, in the residual's sum or in the scale
 // (the running statistics unchanged then).
 template <class T>
-static int norm_forward(const T* x, const T* res, T* y, int8_t* q, int64_t rows, int64_t C, const float* weight,
+static int norm_forward(const T* x, const T* res, T* y, int8_t* q, uint8_t* bits, int64_t rows, int64_t C, const float* weight,
                         const float* bias, double eps, float lo, float hi, float* mean, double* invstd, double* var,
                         float* a, float* b, float* scale, float* running_mean, float* running_var, double factor) {
     std::vector<double> s1(C), s2(C);
@@ -554,7 +586,7 @@ static int norm_forward(const T* x, const T* res, T* y, int8_t* q, int64_t rows,
         b[c] = (float)((bias ? (double)bias[c] : 0.0) - m * ac);
     }
     if (res) {
-        if (norm_apply_residual(x, res, y, rows, C, a, b, lo, hi, scale)) return 1;
+        if (norm_apply_residual(x, res, y, bits, rows, C, a, b, lo, hi, scale)) return 1;
     } else {
         // rounding is monotone and odd: the largest |y| stored is the largest |y| rounded
         *scale = Elem<T>::round(norm_output_absmax(mn.data(), mx.data(), C, a, b, lo, hi));
@@ -571,15 +603,16 @@ static int norm_forward(const T* x, const T* res, T* y, int8_t* q, int64_t rows,
 
 // The backward pass: the sums, the weight's and bias's gradients, then gx with its per-channel max, sums and
 // standard deviation (gx = invstd w (g' - sum(g') / n - (x - mean) invstd^2 sum(g' (x - mean)) / n)).
-// With a residual (y, the forward's output, not null), g' is masked by y and written to gr first.
+// With a residual (bits, the forward's mask of its output y, not null), g' is masked by them and written to gr
+// first.
 // Returns 1 where gx has a NaN or an Inf.
 template <class T>
-static int norm_backward(const T* g, const T* y, const T* x, T* gr, T* gx, int64_t rows, int64_t C, const float* weight, const float* a,
+static int norm_backward(const T* g, const uint8_t* bits, const T* x, T* gr, T* gx, int64_t rows, int64_t C, const float* weight, const float* a,
                          const float* b, float lo, float hi, const float* mean, const double* invstd, float* gw,
                          float* gb, float* gmax, double* m1, double* m2, float* sd) {
     std::vector<double> sg(C), sgx(C);
-    if (y) {
-        norm_grad_sums_residual(g, y, x, gr, rows, C, lo, hi, mean, sg.data(), sgx.data());
+    if (bits) {
+        norm_grad_sums_residual(g, bits, x, gr, rows, C, mean, sg.data(), sgx.data());
         g = gr;  // the apply pass reads g' as it is: no mask left
         lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
     } else {
@@ -607,27 +640,27 @@ using namespace rq;
 
 extern "C" {
 
-// bf16: x, res, y (g, y, x, gr, gx) are bfloat16, else float32; res (y, gr) null: no residual
-int rq_norm_forward(const void* x, const void* res, void* y, int8_t* q, int64_t rows, int64_t C, const float* weight, const float* bias,
+// bf16: x, res, y (g, x, gr, gx) are bfloat16, else float32; res (bits, gr) null: no residual; bits: the mask
+// of a residual's output (norm_apply_residual)
+int rq_norm_forward(const void* x, const void* res, void* y, int8_t* q, uint8_t* bits, int64_t rows, int64_t C, const float* weight, const float* bias,
                     double eps, float lo, float hi, float* mean, double* invstd, double* var, float* a, float* b,
                     float* scale, float* running_mean, float* running_var, double factor, int bf16) {
     if (bf16)
         return norm_forward(static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(res),
-                            static_cast<uint16_t*>(y), q, rows, C, weight, bias, eps, lo, hi, mean, invstd, var, a, b,
+                            static_cast<uint16_t*>(y), q, bits, rows, C, weight, bias, eps, lo, hi, mean, invstd, var, a, b,
                             scale, running_mean, running_var, factor);
-    return norm_forward(static_cast<const float*>(x), static_cast<const float*>(res), static_cast<float*>(y), q, rows,
-                        C, weight, bias, eps, lo, hi, mean, invstd, var, a, b, scale, running_mean, running_var,
+    return norm_forward(static_cast<const float*>(x), static_cast<const float*>(res), static_cast<float*>(y), q, bits,
+                        rows, C, weight, bias, eps, lo, hi, mean, invstd, var, a, b, scale, running_mean, running_var,
                         factor);
 }
 
-int rq_norm_backward(const void* g, const void* y, const void* x, void* gr, void* gx, int64_t rows, int64_t C, const float* weight,
+int rq_norm_backward(const void* g, const uint8_t* bits, const void* x, void* gr, void* gx, int64_t rows, int64_t C, const float* weight,
                      const float* a, const float* b, float lo, float hi, const float* mean, const double* invstd,
                      float* gw, float* gb, float* gmax, double* m1, double* m2, float* sd, int bf16) {
     if (bf16)
-        return norm_backward(static_cast<const uint16_t*>(g), static_cast<const uint16_t*>(y),
-                             static_cast<const uint16_t*>(x), static_cast<uint16_t*>(gr), static_cast<uint16_t*>(gx),
+        return norm_backward(static_cast<const uint16_t*>(g), bits, static_cast<const uint16_t*>(x), static_cast<uint16_t*>(gr), static_cast<uint16_t*>(gx),
                              rows, C, weight, a, b, lo, hi, mean, invstd, gw, gb, gmax, m1, m2, sd);
-    return norm_backward(static_cast<const float*>(g), static_cast<const float*>(y), static_cast<const float*>(x),
+    return norm_backward(static_cast<const float*>(g), bits, static_cast<const float*>(x),
                          static_cast<float*>(gr), static_cast<float*>(gx), rows, C, weight, a, b, lo, hi, mean, invstd,
                          gw, gb, gmax, m1, m2, sd);
 }
