@@ -17,15 +17,13 @@
 // its rows or columns, or, for a long reduction into a small output (weight gradients), on a range of K whose
 // int32 partial sums are added at the end.
 //
-// Without AMX, with AVX-512 VNNI (AMD Zen 4/5, Intel Ice Lake), the same packed tiles feed kernel_vnni: B's
-// tiles are already VNNI's layout, and VPDPBUSD multiplies unsigned by signed bytes, so A is packed as a + 128
-// (its bytes XOR 0x80) and 128 times each column's sum of B is taken off, modulo 2^32 like every int32 sum
-// here: the same exact C. It packs every A tile (no tile loads in place) and one 32-row strip of A at a time,
-// which stays in L1 while every column block of B passes over it. Reading A in place and flipping each
-// broadcast instead made training steps 4-5% slower (AMD Zen 5, in-process A/B). Against torch._int_mm
-// (oneDNN's gemm) alone, AMD Zen 5, 2 threads, before the strips: 0.67-0.94x its speed on forward shapes,
-// 1.5-1.8x on weight gradients' with a transposed A (_int_mm timed with its contiguous copy);
-// docs/measurements.md.
+// Without AMX, with AVX-512 VNNI (AMD Zen 4/5, Intel Ice Lake), the same tiles feed kernel_vnni: B's tiles are
+// already VNNI's layout, and VPDPBUSD multiplies unsigned by signed bytes, so B is packed as b + 128 (its bytes
+// XOR 0x80) and 128 times each row's sum of A is taken off, modulo 2^32 like every int32 sum here: the same
+// exact C. A's tiles are read where AMX reads them (in place where they lie whole, else packed), one 32-row
+// strip at a time, which stays in L1 while every column block of B passes over it. The first version flipped
+// A instead (B's column sums taken off), so that it packed every A tile, as forward products' A is the large
+// operand; docs/measurements.md has both against torch._int_mm (oneDNN's gemm).
 #include "gemm_amx.h"
 
 #include <algorithm>
@@ -201,26 +199,16 @@ void pack_tile(const Operand& x, int64_t i0, int ni, int64_t k0, int nk, bool as
 }
 
 // B's indices [i0, i0 + n), k [k0, k1) -> VNNI tiles [group of 16][k tile], n rounded up to 32 (pairs of groups).
-// `comp` (nullable, 16 per group): 128 times each column's sum over [k0, k1), which the VNNI kernel takes off
-// its sums of (a + 128) b
-void pack_b(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, int8_t* dst, int32_t* comp) {
+// `flip` (the VNNI kernel's B): bytes XOR 0x80, b + 128 as VPDPBUSD's unsigned operand. A padding byte then
+// holds 128, against A's zeros (a packed A tile's padding) or in columns of C that are never written
+void pack_b(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, int8_t* dst, bool flip) {
     const int64_t kt = (k1 - k0 + TK - 1) / TK, groups = (n + 31) / 32 * 2;
-    for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t g = 0; g < groups; ++g)
         for (int64_t t = 0; t < kt; ++t) {
             const int ni = (int)std::min<int64_t>(16, n - 16 * g);
             const int nk = (int)std::min<int64_t>(TK, k1 - k0 - TK * t);
-            pack_tile(x, i0 + 16 * g, ni, k0 + TK * t, nk, true, dst + (g * kt + t) * TILE);
+            pack_tile(x, i0 + 16 * g, ni, k0 + TK * t, nk, true, dst + (g * kt + t) * TILE, flip);
         }
-#ifdef RQ_VNNI
-        if (comp) {
-            const __m512i u128 = _mm512_set1_epi8((char)0x80);
-            __m512i sum = _mm512_setzero_si512();
-            for (int64_t q = 0; q < kt * 16; ++q)
-                sum = _mm512_dpbusd_epi32(sum, u128, _mm512_load_si512(dst + g * kt * TILE + TK * q));
-            _mm512_store_si512(comp + 16 * g, sum);
-        }
-#endif
-    }
 }
 
 // An A tile where the kernel loads it: rows at p + i * stride (its packed copy: stride 64)
@@ -241,16 +229,15 @@ int64_t equal_spacing(const Axis& ax, int64_t i0) {
 }
 
 // A's indices [i0, i0 + n), k [k0, k1) as tile references [group of 16][k tile] (groups rounded up to pairs):
-// a whole tile whose rows are equally spaced and whose 64 k are one contiguous run is read in place by the
-// tile load itself (the rows of a 1x1 convolution, an implicit im2col's pixels along an image row where the
-// channels fill whole tiles), any other packed into `buf` (its slot of the same index). `flip` (the VNNI
-// kernel's A): every tile packed, its bytes XOR 0x80
-void prepare_a(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, int8_t* buf, TileRef* refs,
-               bool flip) {
+// a whole tile whose rows are equally spaced and whose 64 k are one contiguous run is read in place (by the
+// tile load itself, or the VNNI kernel's broadcasts): the rows of a 1x1 convolution, an implicit im2col's
+// pixels along an image row where the channels fill whole tiles; any other packed into `buf` (its slot of the
+// same index), zeros where it has no index or k
+void prepare_a(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, int8_t* buf, TileRef* refs) {
     const int64_t kt = (k1 - k0 + TK - 1) / TK, groups = (n + 31) / 32 * 2;
     for (int64_t g = 0; g < groups; ++g) {
         const int ni = (int)std::min<int64_t>(16, n - 16 * g);
-        const int64_t d = ni == 16 && !flip ? equal_spacing(x.idx, i0 + 16 * g) : 0;
+        const int64_t d = ni == 16 ? equal_spacing(x.idx, i0 + 16 * g) : 0;
         for (int64_t t = 0; t < kt; ++t) {
             const int nk = (int)std::min<int64_t>(TK, k1 - k0 - TK * t);
             TileRef& r = refs[g * kt + t];
@@ -258,7 +245,7 @@ void prepare_a(const Operand& x, int64_t i0, int64_t n, int64_t k0, int64_t k1, 
                 r = {x.at(i0 + 16 * g, k0 + TK * t), d};
             } else {
                 r = {buf + (g * kt + t) * TILE, TK};
-                pack_tile(x, i0 + 16 * g, ni, k0 + TK * t, nk, false, buf + (g * kt + t) * TILE, flip);
+                pack_tile(x, i0 + 16 * g, ni, k0 + TK * t, nk, false, buf + (g * kt + t) * TILE);
             }
         }
     }
@@ -299,14 +286,14 @@ void kernel_2x2(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, boo
 #endif
 
 #ifdef RQ_VNNI
-// kernel_2x2 on AVX-512 VNNI, from the same packed tiles: A packed with its bytes XOR 0x80 (a + 128, unsigned),
-// B's VNNI rows as they are, so that VPDPBUSD adds (a + 128) b four k at a time; `comp` (32 values: 128 times
-// each column's sum of b over these k tiles) taken off. All int32 arithmetic wraps, so the result is the exact
-// sum of a b modulo 2^32, as TDPBSSD's. 8 rows x 32 columns of C in registers at a time: 16 accumulators, the
-// two B vectors of a k quad loaded once for 8 broadcasts of A.
+// kernel_2x2 on AVX-512 VNNI: VPDPBUSD multiplies unsigned bytes by signed ones, so B is packed as b + 128 (its
+// bytes XOR 0x80, pack_b) and A's tiles are read as they are, in place or packed, by 4-byte broadcasts; `comp`
+// (32 values, one a row of the block: 128 times the row's sum of a over these k tiles, row_comp) is taken off.
+// All int32 arithmetic wraps, so the result is the exact sum of a b modulo 2^32, as TDPBSSD's. 8 rows x 32
+// columns of C in registers at a time: 16 accumulators, the two B vectors of a k quad loaded once for 8
+// broadcasts of A.
 void kernel_vnni(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, bool add, const int32_t* comp) {
     const int8_t* b1 = b + kt * TILE;
-    const __m512i comp0 = _mm512_load_si512(comp), comp1 = _mm512_load_si512(comp + 16);
     for (int h = 0; h < 4; ++h) {
         const TileRef* ag = a + (h / 2) * kt;
         const int64_t r0 = (h % 2) * 8;
@@ -314,20 +301,22 @@ void kernel_vnni(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, bo
         __m512i c[8][2];
         for (int r = 0; r < 8; ++r) {
             // (acc may be a partial sum of a std::vector: not 64-byte aligned)
-            c[r][0] = _mm512_sub_epi32(add ? _mm512_loadu_si512(out + 32 * r) : _mm512_setzero_si512(), comp0);
-            c[r][1] = _mm512_sub_epi32(add ? _mm512_loadu_si512(out + 32 * r + 16) : _mm512_setzero_si512(), comp1);
+            const __m512i k = _mm512_set1_epi32(comp[8 * h + r]);
+            c[r][0] = _mm512_sub_epi32(add ? _mm512_loadu_si512(out + 32 * r) : _mm512_setzero_si512(), k);
+            c[r][1] = _mm512_sub_epi32(add ? _mm512_loadu_si512(out + 32 * r + 16) : _mm512_setzero_si512(), k);
         }
         for (int64_t t = 0; t < kt; ++t) {
-            const int8_t* ap = ag[t].p + r0 * TK;
+            const int64_t stride = ag[t].stride;
+            const int8_t* ap = ag[t].p + r0 * stride;
             const int8_t *bp0 = b + t * TILE, *bp1 = b1 + t * TILE;
             for (int q = 0; q < 16; ++q) {
                 const __m512i v0 = _mm512_load_si512(bp0 + TK * q), v1 = _mm512_load_si512(bp1 + TK * q);
                 for (int r = 0; r < 8; ++r) {
                     int32_t quad;
-                    std::memcpy(&quad, ap + TK * r + 4 * q, 4);
+                    std::memcpy(&quad, ap + stride * r + 4 * q, 4);
                     const __m512i u = _mm512_set1_epi32(quad);
-                    c[r][0] = _mm512_dpbusd_epi32(c[r][0], u, v0);
-                    c[r][1] = _mm512_dpbusd_epi32(c[r][1], u, v1);
+                    c[r][0] = _mm512_dpbusd_epi32(c[r][0], v0, u);
+                    c[r][1] = _mm512_dpbusd_epi32(c[r][1], v1, u);
                 }
             }
         }
@@ -336,6 +325,21 @@ void kernel_vnni(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, bo
             _mm512_storeu_si512(out + 32 * r + 16, c[r][1]);
         }
     }
+}
+
+// comp[i] = 128 times the sum over the kt tiles of row i of A's tile references (two groups of 16 rows), modulo
+// 2^32: what B's + 128 adds to row i of C (a packed tile's padding is zero, adding nothing)
+void row_comp(const TileRef* a, int64_t kt, int32_t* comp) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int g = 0; g < 2; ++g)
+        for (int i = 0; i < 16; ++i) {
+            __m512i sum = _mm512_setzero_si512();
+            for (int64_t t = 0; t < kt; ++t) {
+                const TileRef& r = a[g * kt + t];
+                sum = _mm512_dpbusd_epi32(sum, ones, _mm512_loadu_si512(r.p + r.stride * i));
+            }
+            comp[16 * g + i] = (int32_t)((uint32_t)_mm512_reduce_add_epi32(sum) << 7);
+        }
 }
 #endif
 
@@ -396,30 +400,32 @@ void part(bool amx, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, 
     const int64_t kt_all = (k1 - k0 + TK - 1) / TK;
     const int64_t kblocks = (kt_all + KC_TILES - 1) / KC_TILES;
     const int64_t kt_max = (kt_all + kblocks - 1) / kblocks;  // equal blocks
-    // VNNI packs every A tile: one 32-row strip at a time, used by all of the block's columns while in L1
+    // VNNI: one 32-row strip of A at a time (its rows' sums found once, row_comp), read by all of the block's
+    // columns while in L1
     const int64_t mc_max = amx ? block_span(kt_max, A_BLOCK_BYTES) : 32, nc_max = block_span(kt_max, B_BLOCK_BYTES);
     const int64_t mr = (m1 - m0 + 31) / 32, nr = (n1 - n0 + 31) / 32;
     Buffer ap(std::min(mc_max / 32, mr) * 2 * kt_max * TILE), bp(std::min(nc_max / 32, nr) * 2 * kt_max * TILE);
     std::vector<int32_t> sums(kblocks > 1 ? (size_t)(mr * nr * 32 * 32) : 0);
     std::vector<TileRef> arefs((size_t)(std::min(mc_max / 32, mr) * 2 * kt_max));
-    Buffer comp(amx ? 0 : std::min(nc_max / 32, nr) * 32 * (int64_t)sizeof(int32_t));  // VNNI: pack_b's sums
-    alignas(64) int32_t acc[32 * 32];
+    alignas(64) int32_t acc[32 * 32], comp[32];  // comp: VNNI's row_comp of the strip
     for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t pc = k0 + kb * kt_max * TK, pe = std::min(k1, pc + kt_max * TK), kt = (pe - pc + TK - 1) / TK;
         const bool first = kb == 0, last = kb + 1 == kblocks;
         for (int64_t jc = n0; jc < n1; jc += nc_max) {
             const int64_t nc = std::min(nc_max, n1 - jc);
-            pack_b(b, jc, nc, pc, pe, bp.p, amx ? nullptr : reinterpret_cast<int32_t*>(comp.p));
+            pack_b(b, jc, nc, pc, pe, bp.p, !amx);
             for (int64_t ic = m0; ic < m1; ic += mc_max) {
                 const int64_t mc = std::min(mc_max, m1 - ic);
-                prepare_a(a, ic, mc, pc, pe, ap.p, arefs.data(), !amx);
+                prepare_a(a, ic, mc, pc, pe, ap.p, arefs.data());
+#ifdef RQ_VNNI
+                if (!amx) row_comp(arefs.data(), kt, comp);  // mc_max 32: the strip is one block of rows
+#endif
                 for (int64_t ir = 0; ir < mc; ir += 32)
                     for (int64_t jr = 0; jr < nc; jr += 32) {
                         int32_t* s = last && first ? acc
                                                    : sums.data() + (((ic + ir - m0) / 32) * nr + (jc + jr - n0) / 32) * 1024;
                         if (!first && last) std::memcpy(acc, s, sizeof(acc)), s = acc;
-                        kernel(amx, arefs.data() + ir / 16 * kt, bp.p + jr / 16 * kt * TILE, kt, s, !first,
-                               amx ? nullptr : reinterpret_cast<const int32_t*>(comp.p) + jr);
+                        kernel(amx, arefs.data() + ir / 16 * kt, bp.p + jr / 16 * kt * TILE, kt, s, !first, comp);
                         if (last)
                             write_block(s, (int)std::min<int64_t>(32, mc - ir), (int)std::min<int64_t>(32, nc - jr),
                                         c, out, ic + ir, jc + jr, scale, bf16);
