@@ -347,7 +347,7 @@ def test_native_gemm_splits_a_long_reduction_exactly(gemm_kernel):
 
 
 def test_native_gemm_is_exact_at_the_codes_extremes_and_wraps_as_int32(gemm_kernel):
-    """-128 and 127 in both operands (the VNNI kernel multiplies a + 128 and takes 128 times B's column sums
+    """-128 and 127 in both operands (the VNNI kernel multiplies b + 128 and takes 128 times A's row sums
     off), and sums past 2^31 (K = 140,000 of 127 * 127), which wrap as int32 arithmetic does
     (kernels.reference's contract), on both kernels and both A layouts."""
     gen = torch.Generator().manual_seed(5)

@@ -569,9 +569,10 @@ static int norm_grad_apply(const T* g, const T* x, T* gx, int64_t rows, int64_t 
 // (tens of microseconds a layer). Returns 1 on a NaN or an Inf in x, in the residual's sum or in the scale
 // (the running statistics unchanged then).
 template <class T>
-static int norm_forward(const T* x, const T* res, T* y, int8_t* q, uint8_t* bits, int64_t rows, int64_t C, const float* weight,
-                        const float* bias, double eps, float lo, float hi, float* mean, double* invstd, double* var,
-                        float* a, float* b, float* scale, float* running_mean, float* running_var, double factor) {
+static int norm_forward(const T* x, const T* res, T* y, int8_t* q, uint8_t* bits, int64_t rows, int64_t C,
+                        const float* weight, const float* bias, double eps, float lo, float hi, float* mean,
+                        double* invstd, double* var, float* a, float* b, float* scale, float* running_mean,
+                        float* running_var, double factor) {
     std::vector<double> s1(C), s2(C);
     std::vector<float> mn(C), mx(C), shift(C);
     for (int64_t c = 0; c < C; ++c) shift[c] = Elem<T>::load(x + c);  // row 0
@@ -607,9 +608,9 @@ static int norm_forward(const T* x, const T* res, T* y, int8_t* q, uint8_t* bits
 // first.
 // Returns 1 where gx has a NaN or an Inf.
 template <class T>
-static int norm_backward(const T* g, const uint8_t* bits, const T* x, T* gr, T* gx, int64_t rows, int64_t C, const float* weight, const float* a,
-                         const float* b, float lo, float hi, const float* mean, const double* invstd, float* gw,
-                         float* gb, float* gmax, double* m1, double* m2, float* sd) {
+static int norm_backward(const T* g, const uint8_t* bits, const T* x, T* gr, T* gx, int64_t rows, int64_t C,
+                         const float* weight, const float* a, const float* b, float lo, float hi, const float* mean,
+                         const double* invstd, float* gw, float* gb, float* gmax, double* m1, double* m2, float* sd) {
     std::vector<double> sg(C), sgx(C);
     if (bits) {
         norm_grad_sums_residual(g, bits, x, gr, rows, C, mean, sg.data(), sgx.data());
@@ -642,24 +643,27 @@ extern "C" {
 
 // bf16: x, res, y (g, x, gr, gx) are bfloat16, else float32; res (bits, gr) null: no residual; bits: the mask
 // of a residual's output (norm_apply_residual)
-int rq_norm_forward(const void* x, const void* res, void* y, int8_t* q, uint8_t* bits, int64_t rows, int64_t C, const float* weight, const float* bias,
-                    double eps, float lo, float hi, float* mean, double* invstd, double* var, float* a, float* b,
-                    float* scale, float* running_mean, float* running_var, double factor, int bf16) {
+int rq_norm_forward(const void* x, const void* res, void* y, int8_t* q, uint8_t* bits, int64_t rows, int64_t C,
+                    const float* weight, const float* bias, double eps, float lo, float hi, float* mean,
+                    double* invstd, double* var, float* a, float* b, float* scale, float* running_mean,
+                    float* running_var, double factor, int bf16) {
     if (bf16)
         return norm_forward(static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(res),
-                            static_cast<uint16_t*>(y), q, bits, rows, C, weight, bias, eps, lo, hi, mean, invstd, var, a, b,
-                            scale, running_mean, running_var, factor);
+                            static_cast<uint16_t*>(y), q, bits, rows, C, weight, bias, eps, lo, hi, mean, invstd, var,
+                            a, b, scale, running_mean, running_var, factor);
     return norm_forward(static_cast<const float*>(x), static_cast<const float*>(res), static_cast<float*>(y), q, bits,
                         rows, C, weight, bias, eps, lo, hi, mean, invstd, var, a, b, scale, running_mean, running_var,
                         factor);
 }
 
-int rq_norm_backward(const void* g, const uint8_t* bits, const void* x, void* gr, void* gx, int64_t rows, int64_t C, const float* weight,
-                     const float* a, const float* b, float lo, float hi, const float* mean, const double* invstd,
-                     float* gw, float* gb, float* gmax, double* m1, double* m2, float* sd, int bf16) {
+int rq_norm_backward(const void* g, const uint8_t* bits, const void* x, void* gr, void* gx, int64_t rows, int64_t C,
+                     const float* weight, const float* a, const float* b, float lo, float hi, const float* mean,
+                     const double* invstd, float* gw, float* gb, float* gmax, double* m1, double* m2, float* sd,
+                     int bf16) {
     if (bf16)
-        return norm_backward(static_cast<const uint16_t*>(g), bits, static_cast<const uint16_t*>(x), static_cast<uint16_t*>(gr), static_cast<uint16_t*>(gx),
-                             rows, C, weight, a, b, lo, hi, mean, invstd, gw, gb, gmax, m1, m2, sd);
+        return norm_backward(static_cast<const uint16_t*>(g), bits, static_cast<const uint16_t*>(x),
+                             static_cast<uint16_t*>(gr), static_cast<uint16_t*>(gx), rows, C, weight, a, b, lo, hi,
+                             mean, invstd, gw, gb, gmax, m1, m2, sd);
     return norm_backward(static_cast<const float*>(g), bits, static_cast<const float*>(x),
                          static_cast<float*>(gr), static_cast<float*>(gx), rows, C, weight, a, b, lo, hi, mean, invstd,
                          gw, gb, gmax, m1, m2, sd);
