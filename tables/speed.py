@@ -116,8 +116,13 @@ class TimingCell:
 
 
 def step_variants(device: torch.device) -> list[steptime.Variant]:
-    """The standard step-time run: every float variant of the device and the INT8 methods."""
-    return steptime.float_variants(device) + [steptime.int8_variant(m) for m in INT8_METHODS]
+    """The standard step-time run: every float variant of the device, the INT8 methods, and each INT8
+    method again with its float layers under the half autocast (opt-in, with_half_float_layers)."""
+    half = half_variant(device)
+    opt_in = [
+        steptime.Variant(f"{m}+{half}", "INT8", method=m, amp=steptime.AMP_DTYPES[half]) for m in INT8_METHODS
+    ]
+    return steptime.float_variants(device) + [steptime.int8_variant(m) for m in INT8_METHODS] + opt_in
 
 
 def period_variants() -> list[steptime.Variant]:
@@ -129,6 +134,15 @@ def period_variants() -> list[steptime.Variant]:
 
 def half_variant(device: torch.device) -> str:
     return "fp16" if device.type == "cuda" else "bf16"
+
+
+def variant_name(row_variant: str, half: str) -> str:
+    """The timed variant a spec row names: HALF is the device's half autocast (`half`), and so is the
+    suffix of with_half_float_layers."""
+    if row_variant == HALF:
+        return half
+    method, plus, amp = row_variant.partition("+")
+    return f"{method}+{half}" if plus and amp == HALF else row_variant
 
 
 def make_cell(
@@ -289,7 +303,8 @@ def _measured(name, samples, peaks, cell, info, half, fp32) -> dict:
 
 
 def _label(row, info) -> str:
-    return row.label if row.variant != HALF or info["kind"] == "cuda" else f"{row.label} (bf16)"
+    on_half = row.variant == HALF or row.variant.endswith("+" + HALF)
+    return row.label if not on_half or info["kind"] == "cuda" else f"{row.label} (bf16)"
 
 
 def _compiled_records(spec, cell, samples, peaks, names, info, footnotes) -> list[dict]:
@@ -326,7 +341,7 @@ def _compiled_records(spec, cell, samples, peaks, names, info, footnotes) -> lis
 def render_step(spec: StepTimeSpec, cell: TimingCell, result: dict, device: torch.device):
     samples, peaks = result["samples"], result["peak_memory_mb"]
     half = half_variant(device)
-    names = {row.variant: (half if row.variant == HALF else row.variant) for row in spec.rows}
+    names = {row.variant: variant_name(row.variant, half) for row in spec.rows}
     paper = {r.variant: r for r in spec.rows}
     paper_half = paper.get(HALF)
     paper_fp32 = paper.get("fp32")

@@ -18,6 +18,21 @@ from tables.spec import PAPERS, Source
 HALF = "half"
 
 
+OPT_IN = (
+    "Not in the paper, and not the method's default: opt-in, the layers INT8 does not quantize (BatchNorm, "
+    "ReLU, the first convolution and the classifier) under the FP16 row's autocast, and the INT8 products' "
+    "outputs and input gradients in its 16 bits; the same int8 products and quantization rules, applied to "
+    "16-bit values."
+)
+
+
+def with_half_float_layers(method: str) -> str:
+    """The row variant of an INT8 method whose float layers run under the half autocast, the products'
+    outputs in 16 bits too: `repro step-time`'s `<method>+bf16` / `+fp16`, an opt-in semantics
+    (docs/kernels.md, "Kernel timing"), not the method's default."""
+    return f"{method}+{HALF}"
+
+
 @dataclass(frozen=True)
 class StepTimeRow:
     precision: str  # FP32 / FP16 / INT8, as the table prints it

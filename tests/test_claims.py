@@ -209,6 +209,33 @@ def test_speed_claims_read_compiled_variants_too():
     assert speed._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
 
 
+def test_the_opt_in_speed_claim_reads_the_rows_with_16_bit_float_layers():
+    # the INT8 method with its float layers under the FP16 row's autocast ("daiq+bf16" on the CPU, "daiq+fp16"
+    # on CUDA), eager and compiled, against the same FP16 rows; the default claim keeps reading "daiq"
+    base = dict(paper_iteration_vs_fp16=None, paper_iteration_vs_fp32=None, iteration_ms=100.0, batch=16,
+                size=224, device="a CPU")  # fmt: skip
+    rows = [
+        dict(base, method="bf16", precision="FP16", iteration_vs_fp16=1.0, iteration_vs_fp32=0.5),
+        dict(base, method="daiq", precision="INT8", iteration_vs_fp16=1.1, iteration_vs_fp32=0.6),
+        dict(base, method="daiq+bf16", precision="INT8", iteration_vs_fp16=0.82, iteration_vs_fp32=0.45),
+        dict(base, method="bf16+compile", precision="FP16", iteration_vs_fp16=1.0, iteration_vs_fp32=0.5),
+        dict(
+            base, method="daiq+bf16+compile", precision="INT8", iteration_vs_fp16=0.9, iteration_vs_fp32=0.5
+        ),
+    ]
+    opt_in = speed._int8_faster("FP16", speed.HALF_FLOAT_LAYERS)
+    v = opt_in(context(table7=rows))
+    assert v.verdict == REPRODUCED and "0.82" in v.measurement and "0.90" in v.measurement
+    assert "16-bit float layers" in v.key and "0.82-0.90x" in v.key
+    assert speed._int8_faster("FP16")(context(table7=rows)).verdict == NOT_REPRODUCED  # the default row
+    rows[-1]["iteration_vs_fp16"] = 1.1  # compiled, the opt-in variant slower: not reproduced
+    assert opt_in(context(table7=rows)).verdict == NOT_REPRODUCED
+    cuda = [dict(r, method=r["method"].replace("bf16", "fp16")) for r in rows]
+    assert "DAIQ" in opt_in(context(table7=cuda)).measurement  # the device's half names the row
+    with pytest.raises(KeyError, match="opt-in rows"):  # a table kept before they were timed
+        opt_in(context(table7=rows[:2]))
+
+
 def test_report_files_and_a_claim_that_cannot_be_measured(tmp_path):
     ctx = context()
     ctx.results_dir = tmp_path

@@ -54,8 +54,22 @@ def test_table7_every_row_and_consistent_phases(table7):
     assert set(["device", "batch", "size", "profile"]) <= set(frame.columns)
     assert list(frame["label"]) == [
         "FP32", "FP32 (TF32 tensor cores)", "FP16 (bf16)", "INT8 Ours (DAIQ)", "INT8 UI8", "INT8 GQ",
+        "INT8 Ours (DAIQ) + 16-bit float layers (bf16)", "INT8 UI8 + 16-bit float layers (bf16)",
+        "INT8 GQ + 16-bit float layers (bf16)",
     ]  # fmt: skip
-    assert list(frame["method"]) == ["fp32", "tf32", "bf16", "daiq", "ui8", "gq"]
+    # the opt-in rows are the INT8 methods with their float layers under the FP16 row's autocast (bf16 here)
+    assert list(frame["method"]) == [
+        "fp32",
+        "tf32",
+        "bf16",
+        "daiq",
+        "ui8",
+        "gq",
+        "daiq+bf16",
+        "ui8+bf16",
+        "gq+bf16",
+    ]
+    assert frame["notes"][frame["method"].str.endswith("+bf16")].str.contains("opt-in").all()
     timed = frame[frame["method"] != "tf32"]  # TF32 is CUDA only
     assert frame.loc[frame["method"] == "tf32", "iteration_ms"].isna().all()
     assert (timed[["forward_ms", "backward_ms", "iteration_ms"]] > 0).all().all()
@@ -79,7 +93,9 @@ def test_ui8_table10_reuses_the_table7_run(table7, monkeypatch):
     gen = generate_speed("ui8-table10", profile="smoke", device="cpu", results_dir=out, progress=False)
     assert gen.cached
     frame = gen.frame
-    assert list(frame["label"]) == ["FP32 (cuDNN)", "FP16 (bf16)", "INT8 (ours)"]
+    assert list(frame["label"]) == [
+        "FP32 (cuDNN)", "FP16 (bf16)", "INT8 (ours)", "INT8 (ours) + 16-bit float layers (bf16)"
+    ]  # fmt: skip
     assert frame["paper_iteration_ms"].tolist()[0] == pytest.approx(360.0)
     assert "printed in seconds, here in ms" in gen.markdown
 
@@ -217,7 +233,7 @@ def _tiny_resnet(num_classes=1000):
 def test_a_compiled_step_time_table_adds_a_compiled_row_per_variant(tmp_path, monkeypatch):
     from repro import steptime
 
-    monkeypatch.setitem(steptime.MODELS, "resnet50", _tiny_resnet)  # compiling ResNet-50 six times: minutes
+    monkeypatch.setitem(steptime.MODELS, "resnet50", _tiny_resnet)  # compiling ResNet-50 nine times: minutes
     torch._dynamo.reset()
     gen = generate_speed("table7", profile="smoke", device="cpu", results_dir=tmp_path, progress=False,
                          compiled=True)  # fmt: skip
@@ -229,6 +245,9 @@ def test_a_compiled_step_time_table_adds_a_compiled_row_per_variant(tmp_path, mo
         "daiq+compile",
         "ui8+compile",
         "gq+compile",
+        "daiq+bf16+compile",
+        "ui8+bf16+compile",
+        "gq+bf16+compile",
     ]
     assert compiled["label"].str.endswith(", compiled").all() and compiled["paper_iteration_ms"].isna().all()
     assert (compiled["iteration_ms"] > 0).all()
