@@ -185,20 +185,18 @@ def test_speed_claims_read_the_paired_ratios():
     assert speed._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == NOT_REPRODUCED
 
 
+def _timed(method: str, precision: str, vs_fp16: float | None, vs_fp32: float) -> dict:
+    """A speed table's row, as the speed claims read it (no paper ratios)."""
+    return dict(method=method, precision=precision, iteration_vs_fp16=vs_fp16, iteration_vs_fp32=vs_fp32,
+                paper_iteration_vs_fp16=None, paper_iteration_vs_fp32=None, iteration_ms=100.0, batch=16,
+                size=224, device="a CPU")  # fmt: skip
+
+
 def test_speed_claims_read_compiled_variants_too():
     # `make table7 COMPILE=1` adds "<method>+compile" rows, each against the compiled baselines
-    base = dict(paper_iteration_vs_fp16=None, paper_iteration_vs_fp32=None, iteration_ms=100.0, batch=16,
-                size=224, device="a CPU")  # fmt: skip
-    rows = [
-        dict(base, method="daiq", precision="INT8", iteration_vs_fp16=0.9, iteration_vs_fp32=0.6),
-        dict(base, method="bf16", precision="FP16", iteration_vs_fp16=1.0, iteration_vs_fp32=0.5),
-        dict(base, method="daiq+compile", precision="INT8", iteration_vs_fp16=0.8, iteration_vs_fp32=0.55),
-        dict(base, method="bf16+compile", precision="FP16", iteration_vs_fp16=1.0, iteration_vs_fp32=0.5),
-    ]
-    ui8 = [
-        dict(base, method="ui8", precision="INT8", iteration_vs_fp16=None, iteration_vs_fp32=0.6),
-        dict(base, method="ui8+compile", precision="INT8", iteration_vs_fp16=None, iteration_vs_fp32=0.7),
-    ]
+    rows = [_timed("daiq", "INT8", 0.9, 0.6), _timed("bf16", "FP16", 1.0, 0.5),
+            _timed("daiq+compile", "INT8", 0.8, 0.55), _timed("bf16+compile", "FP16", 1.0, 0.5)]  # fmt: skip
+    ui8 = [_timed("ui8", "INT8", None, 0.6), _timed("ui8+compile", "INT8", None, 0.7)]
     v = speed._int8_faster("FP16")(context(table7=rows, ui8_table10=ui8))
     assert v.verdict == REPRODUCED and "DAIQ Table 7, compiled" in v.measurement and "0.80" in v.measurement
     assert speed._int8_faster("FP32")(context(table7=rows, ui8_table10=ui8)).verdict == REPRODUCED
@@ -212,17 +210,9 @@ def test_speed_claims_read_compiled_variants_too():
 def test_the_opt_in_speed_claim_reads_the_rows_with_16_bit_float_layers():
     # the INT8 method with its float layers under the FP16 row's autocast ("daiq+bf16" on the CPU, "daiq+fp16"
     # on CUDA), eager and compiled, against the same FP16 rows; the default claim keeps reading "daiq"
-    base = dict(paper_iteration_vs_fp16=None, paper_iteration_vs_fp32=None, iteration_ms=100.0, batch=16,
-                size=224, device="a CPU")  # fmt: skip
-    rows = [
-        dict(base, method="bf16", precision="FP16", iteration_vs_fp16=1.0, iteration_vs_fp32=0.5),
-        dict(base, method="daiq", precision="INT8", iteration_vs_fp16=1.1, iteration_vs_fp32=0.6),
-        dict(base, method="daiq+bf16", precision="INT8", iteration_vs_fp16=0.82, iteration_vs_fp32=0.45),
-        dict(base, method="bf16+compile", precision="FP16", iteration_vs_fp16=1.0, iteration_vs_fp32=0.5),
-        dict(
-            base, method="daiq+bf16+compile", precision="INT8", iteration_vs_fp16=0.9, iteration_vs_fp32=0.5
-        ),
-    ]
+    rows = [_timed("bf16", "FP16", 1.0, 0.5), _timed("daiq", "INT8", 1.1, 0.6),
+            _timed("daiq+bf16", "INT8", 0.82, 0.45), _timed("bf16+compile", "FP16", 1.0, 0.5),
+            _timed("daiq+bf16+compile", "INT8", 0.9, 0.5)]  # fmt: skip
     opt_in = speed._int8_faster("FP16", speed.HALF_FLOAT_LAYERS)
     v = opt_in(context(table7=rows))
     assert v.verdict == REPRODUCED and "0.82" in v.measurement and "0.90" in v.measurement
