@@ -30,7 +30,7 @@ from kernels.bench import devices
 from repro import heap, steptime
 from tables import provenance
 from tables.cells import Cache
-from tables.speed_spec import HALF, PeriodSpec, StepTimeSpec
+from tables.speed_spec import HALF, PeriodSpec, StepTimeSpec, with_half_float_layers
 
 TIMING_VERSION = 1
 INT8_METHODS = ("daiq", "ui8", "gq")
@@ -119,8 +119,10 @@ def step_variants(device: torch.device) -> list[steptime.Variant]:
     """The standard step-time run: every float variant of the device, the INT8 methods, and each INT8
     method again with its float layers under the half autocast (opt-in, with_half_float_layers)."""
     half = half_variant(device)
+    amp = steptime.AMP_DTYPES[half]
     opt_in = [
-        steptime.Variant(f"{m}+{half}", "INT8", method=m, amp=steptime.AMP_DTYPES[half]) for m in INT8_METHODS
+        steptime.Variant(variant_name(with_half_float_layers(m), half), "INT8", method=m, amp=amp)
+        for m in INT8_METHODS
     ]
     return steptime.float_variants(device) + [steptime.int8_variant(m) for m in INT8_METHODS] + opt_in
 
