@@ -30,7 +30,7 @@ from kernels.bench import devices
 from repro import heap, steptime
 from tables import provenance
 from tables.cells import Cache
-from tables.speed_spec import HALF, PeriodSpec, StepTimeSpec, with_half_float_layers
+from tables.speed_spec import HALF, PeriodSpec, StepTimeSpec, variant_name, with_half_float_layers
 
 TIMING_VERSION = 1
 INT8_METHODS = ("daiq", "ui8", "gq")
@@ -136,15 +136,6 @@ def period_variants() -> list[steptime.Variant]:
 
 def half_variant(device: torch.device) -> str:
     return "fp16" if device.type == "cuda" else "bf16"
-
-
-def variant_name(row_variant: str, half: str) -> str:
-    """The timed variant a spec row names: HALF is the device's half autocast (`half`), and so is the
-    suffix of with_half_float_layers."""
-    if row_variant == HALF:
-        return half
-    method, plus, amp = row_variant.partition("+")
-    return f"{method}+{half}" if plus and amp == HALF else row_variant
 
 
 def make_cell(

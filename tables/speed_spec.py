@@ -33,6 +33,15 @@ def with_half_float_layers(method: str) -> str:
     return f"{method}+{HALF}"
 
 
+def variant_name(row_variant: str, half: str) -> str:
+    """The timed variant a spec row names: HALF is the device's half autocast (`half`: "bf16" or "fp16"),
+    and so is the suffix of with_half_float_layers."""
+    if row_variant == HALF:
+        return half
+    method, plus, amp = row_variant.partition("+")
+    return f"{method}+{half}" if plus and amp == HALF else row_variant
+
+
 @dataclass(frozen=True)
 class StepTimeRow:
     precision: str  # FP32 / FP16 / INT8, as the table prints it

@@ -10,7 +10,7 @@ from repro.steptime import COMPILED_SUFFIX
 from tables.claims.context import Context, row
 from tables.claims.intervals import num
 from tables.claims.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Claim, Verdict
-from tables.speed_spec import HALF, with_half_float_layers
+from tables.speed_spec import HALF, variant_name, with_half_float_layers
 
 # (speed table, its INT8 method, the paper's table) each speed claim reads; UI8 Table 10 has no FP16 row
 INT8_SPEED_ROWS = {
@@ -24,13 +24,12 @@ HALF_FLOAT_LAYERS = "16-bit float layers"
 
 
 def _half_method(frame, method: str) -> str:
-    """The table's name of `method` (with_half_float_layers') on its device: "<m>+bf16" or "<m>+fp16", the
-    suffix the table's eager FP16 row's method."""
-    base, plus, amp = method.partition("+")
-    if not plus or amp != HALF:
+    """The table's name of a spec row's `method` on the table's device, whose half autocast is the method of
+    its eager FP16 row ("daiq+half" is "daiq+bf16" on the CPU, "daiq+fp16" on CUDA)."""
+    if not method.endswith("+" + HALF):
         return method
     eager = frame[~frame["method"].str.endswith(COMPILED_SUFFIX)]
-    name = f"{base}+{row(eager, precision='FP16')['method']}"
+    name = variant_name(method, str(row(eager, precision="FP16")["method"]))
     if not (frame["method"] == name).any():
         raise KeyError(f"no {name} row: the table was kept before it timed the opt-in rows (make table7)")
     return name
