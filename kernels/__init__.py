@@ -26,11 +26,14 @@ __all__ = [
     "reference",
 ]
 
-# The backends' arithmetic, as a version: bumped when results change (the stochastic-rounding stream, the
-# statistics). The table cells' cache keys hold it, so results of two streams are never mixed.
+# The backends' arithmetic and the training step's, as a version: bumped when results change (the
+# stochastic-rounding stream, the statistics, the update). The table cells' cache keys hold it, so results
+# of two versions are never mixed.
 # 2: the fused quantizers' Philox stream keyed per call on the host (element (row, column) of the last
 #    dimension), DAIQ's sigma from one-pass moments, UI8's clip search on grids.
-NUMERICS = "2"
+# 3: UI8's per-layer learning rate given to the optimizer's step as lr * phi (repro.lr_scaling), where a
+#    lerp of the step at lr rounded the weights twice more.
+NUMERICS = "3"
 
 
 def compiling() -> bool:

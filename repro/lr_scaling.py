@@ -2,11 +2,14 @@
 
 Each quantized layer's parameters step with lr(t) * phi(d_c), where lr(t) is the rate the scheduler
 put in the parameter's optimizer group and phi comes from the layer's quantizer (`lr_scale()`).
-Param groups usually hold many layers, and splitting them would break the schedulers' per-group
-state and the optimizer's checkpoint layout; so the factor is applied to the step itself: the update
-the optimizer makes to a layer's parameters is scaled by phi. For every optimizer whose update is
-proportional to its learning rate (SGD with momentum, Nesterov and weight decay; Adam; AdamW, whose
-decoupled decay is lr-proportional too) this equals giving that layer the learning rate lr(t) * phi.
+Param groups usually hold many layers, and splitting them for good would break the schedulers'
+per-group state and the optimizer's checkpoint layout; so only the step sees them split: before it,
+the optimizer's groups are replaced by copies holding the layers of one phi each, with lr * phi (every
+other hyperparameter as the group has it); after it, the optimizer's own groups are back. Optimizer
+state is kept per parameter, so momentum and Adam's moments carry on unchanged. The weights move by
+lr(t) * phi * update in one rounding, as eq. 8 writes it. (Until NUMERICS 3 the step was made at lr(t)
+and then scaled by a lerp from a copy of every weight: two more passes over the weights, 17 ms of a
+ResNet-50 b16 step on an Intel AMX CPU, and two more roundings; docs/measurements.md.)
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from torch import nn
 from kernels.errors import raise_if_nonfinite
 from repro.layers import layer_quantizers, quantized_layers
 
+_STEP_ONLY = ("params", "lr")  # what a step's copy of a group holds of its own
+
 
 def layer_lr_factors(model: nn.Module) -> dict[str, float]:
     """phi for every quantized layer, by name (1.0 for methods without scaling)."""
@@ -26,41 +31,73 @@ def layer_lr_factors(model: nn.Module) -> dict[str, float]:
     }
 
 
+def parameter_lr_factors(model: nn.Module) -> dict[int, float]:
+    """phi of each trainable parameter of a scaling quantized layer, by id(parameter); the factors read
+    from the device at once (one synchronisation a step on a GPU)."""
+    owners, phis = [], []
+    for layer in quantized_layers(model).values():
+        # one learning rate per parameter: a layer with one state per call takes its calls' mean phi
+        layer_phis = [p for p in (q.lr_scale_tensor() for q in layer_quantizers(layer)) if p is not None]
+        if layer_phis:
+            owners.append([p for p in layer.parameters(recurse=False) if p.requires_grad])
+            phis.append(torch.stack([p.reshape(()).to(torch.float64) for p in layer_phis]).mean())
+    if not phis:
+        return {}
+    values = torch.stack([p.to(phis[0].device) for p in phis]).tolist()
+    return {id(p): phi for params, phi in zip(owners, values, strict=True) for p in params}
+
+
 class LayerLrScaling:
-    """Scales each quantized layer's optimizer step by its phi; attach once, works every step."""
+    """Gives each quantized layer lr * phi for the optimizer's step; attach once, works every step."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer):
-        self.model = model
-        self._saved: list[tuple[torch.Tensor, torch.Tensor, float]] = []
+        self.model, self.optimizer = model, optimizer
+        # while a step runs: the optimizer's own groups, and each step group with the group it copies
+        self._own: list[dict] | None = None
+        self._copies: list[tuple[dict, dict]] = []
         self._handles = [
             optimizer.register_step_pre_hook(lambda *_: self.before_step()),
             optimizer.register_step_post_hook(lambda *_: self.after_step()),
+            # a checkpoint taken inside a step (a signal's handler) saves the optimizer's own layout
+            optimizer.register_state_dict_pre_hook(lambda *_: self.after_step()),
         ]
 
     def before_step(self) -> None:
         # once per iteration, before the weights change: a NaN or Inf a GPU quantizer met in this
         # iteration's backward pass ends the run as diverged (kernels.errors)
         raise_if_nonfinite()
-        self._saved = []
-        for layer in quantized_layers(self.model).values():
-            # one learning rate per parameter: a layer with one state per call takes its calls' mean phi
-            phis = [p for p in (q.lr_scale_tensor() for q in layer_quantizers(layer)) if p is not None]
-            phi = None if not phis else phis[0] if len(phis) == 1 else torch.stack(phis).mean()
-            if phi is not None:
-                for p in layer.parameters(recurse=False):
-                    if p.requires_grad:
-                        self._saved.append((p, p.detach().clone(), phi))
+        self.after_step()  # the groups of a step that raised
+        factors = parameter_lr_factors(self.model)
+        if not factors:
+            return
+        own, step_groups, copies = self.optimizer.param_groups, [], []
+        for group in own:
+            by_factor: dict[float | None, list[torch.Tensor]] = {}
+            for p in group["params"]:
+                by_factor.setdefault(factors.get(id(p)), []).append(p)
+            if list(by_factor) == [None]:
+                step_groups.append(group)
+                continue
+            for phi, params in by_factor.items():
+                lr = group["lr"] if phi is None else group["lr"] * phi
+                copy = {**group, "params": params, "lr": lr}
+                step_groups.append(copy)
+                copies.append((copy, group))
+        self._own, self._copies = own, copies
+        self.optimizer.param_groups = step_groups
 
-    @torch.no_grad()
     def after_step(self) -> None:
-        for p, before, phi in self._saved:  # p <- before + phi * (p - before)
-            # written into p by the op itself (values bit for bit before.lerp_(p, phi)): a lerp into `before`
-            # and a copy back took one pass more over every weight (the copy: 4.7 ms of a ResNet-18 b32 ui8
-            # step in cProfile, Intel AMX, 2 threads)
-            torch.lerp(before, p, phi.to(device=p.device, dtype=p.dtype), out=p)
-        self._saved = []
+        if self._own is None:
+            return
+        self.optimizer.param_groups = self._own
+        for copy, group in self._copies:  # what an optimizer wrote into its group during the step
+            for key, value in copy.items():
+                if key not in _STEP_ONLY and group.get(key) is not value:
+                    group[key] = value
+        self._own, self._copies = None, []
 
     def remove(self) -> None:
+        self.after_step()
         for handle in self._handles:
             handle.remove()
         self._handles = []

@@ -101,33 +101,45 @@ def test_non_finite_gradient_raises_the_divergence_error():
         (out * float("inf")).sum().backward()
 
 
-def test_layer_lr_scaling_writes_the_lerp_of_the_step_bit_for_bit():
-    """after_step writes before + phi (p - before) into p as before.lerp_(p, phi) computes it."""
-    p = torch.nn.Parameter(torch.randn(64, 33))
-    before = p.detach().clone()
-    with torch.no_grad():
-        p.add_(torch.randn(64, 33) * 1e-2)
-    phi = torch.tensor(0.37)
-    want = before.clone().lerp_(p.detach(), phi)
-    scaling = LayerLrScaling(nn.Linear(1, 1), torch.optim.SGD([p], lr=0.1))
-    scaling._saved = [(p, before, phi)]
-    scaling.after_step()
-    assert torch.equal(p.detach(), want) and not torch.equal(want, before)
-
-
-def test_layer_lr_scaling_equals_per_layer_learning_rates():
-    """phi(d_c) on the step == SGD (momentum, weight decay) with lr * phi in a group of that layer."""
+def _scaled_sgd_net(phis):
+    """A small ui8 model whose quantized layers report the given phis, and SGD on it, scaled."""
     torch.manual_seed(0)
     base = nn.Sequential(
         nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.Linear(8, 3)
     )
-    scaled = quantize_model(copy.deepcopy(base), "ui8", skip=())
-    layers = list(quantized_layers(scaled).values())
-    phis = [1.0, 0.5, 0.2, 0.8]
-    for layer, phi in zip(layers, phis, strict=True):
+    scaled = quantize_model(base, "ui8", skip=())
+    for layer, phi in zip(quantized_layers(scaled).values(), phis, strict=True):
         layer.int8.lr_scale_tensor = lambda phi=phi: torch.tensor(phi)
     opt = torch.optim.SGD(scaled.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
-    LayerLrScaling(scaled, opt)
+    return scaled, opt, LayerLrScaling(scaled, opt)
+
+
+def test_layer_lr_scaling_leaves_the_optimizers_groups_as_they_were():
+    """The step runs on groups split by phi; before and after it, and in a checkpoint taken after a step
+    that raised, the optimizer has its own groups, with their learning rates."""
+    model, opt, scaling = _scaled_sgd_net([1.0, 0.5, 0.25, 0.5])
+    groups, layout = opt.param_groups, [list(g["params"]) for g in opt.param_groups]
+    seen = []
+    opt.register_step_pre_hook(lambda o, *_: seen.append(sorted(g["lr"] for g in o.param_groups)))
+    F.cross_entropy(model(torch.randn(4, 6)), torch.arange(4) % 3).backward()
+    opt.step()
+    # the hooks run in order: the scaling's first; the two layers of phi 0.5 share a group
+    assert seen == [[0.025, 0.05, 0.1]]
+    assert opt.param_groups is groups and [list(g["params"]) for g in groups] == layout
+    assert [g["lr"] for g in groups] == [0.1]
+
+    scaling.before_step()  # a step that raised: the post hook never ran
+    assert len(opt.param_groups) == 3
+    state = opt.state_dict()
+    assert opt.param_groups is groups and len(state["param_groups"]) == 1
+
+
+def test_layer_lr_scaling_equals_per_layer_learning_rates():
+    """phi(d_c) on the step == SGD (momentum, weight decay) with lr * phi in a group of that layer, bit for
+    bit (phis exact in float32, so lr * phi is the same float both ways)."""
+    phis = [1.0, 0.5, 0.25, 0.75]
+    scaled, opt, _ = _scaled_sgd_net(phis)
+    layers = list(quantized_layers(scaled).values())
 
     reference = copy.deepcopy(scaled)  # same quantized layers; per-layer groups instead
     ref_layers = list(quantized_layers(reference).values())
@@ -143,5 +155,5 @@ def test_layer_lr_scaling_equals_per_layer_learning_rates():
             F.cross_entropy(m(x), y).backward()
             o.step()
     for a, b in zip(scaled.parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        assert torch.equal(a, b)
     assert all(isinstance(m, Int8Layer) for m in layers)
