@@ -31,8 +31,8 @@ __all__ = [
 # of two versions are never mixed.
 # 2: the fused quantizers' Philox stream keyed per call on the host (element (row, column) of the last
 #    dimension), DAIQ's sigma from one-pass moments, UI8's clip search on grids.
-# 3: UI8's per-layer learning rate given to the optimizer's step as lr * phi (repro.lr_scaling), where a
-#    lerp of the step at lr rounded the weights twice more.
+# 3: UI8's per-layer learning rate given to the optimizer's step as lr * phi where phi is on the CPU
+#    (repro.lr_scaling), where a lerp of the step at lr rounded the weights twice more (kept on GPUs).
 NUMERICS = "3"
 
 

@@ -10,6 +10,10 @@ state is kept per parameter, so momentum and Adam's moments carry on unchanged. 
 lr(t) * phi * update in one rounding, as eq. 8 writes it. (Until NUMERICS 3 the step was made at lr(t)
 and then scaled by a lerp from a copy of every weight: two more passes over the weights, 17 ms of a
 ResNet-50 b16 step on an Intel AMX CPU, and two more roundings; docs/measurements.md.)
+
+On an accelerator phi stays on the device, where reading it would make the step wait for the device
+(repro.step_audit): there the step is made at lr(t) and each weight set to its copy from before the step
+plus phi times the step's change (a lerp: the same rate up to rounding, no host read).
 """
 
 from __future__ import annotations
@@ -31,20 +35,16 @@ def layer_lr_factors(model: nn.Module) -> dict[str, float]:
     }
 
 
-def parameter_lr_factors(model: nn.Module) -> dict[int, float]:
-    """phi of each trainable parameter of a scaling quantized layer, by id(parameter); the factors read
-    from the device at once (one synchronisation a step on a GPU)."""
-    owners, phis = [], []
+def layer_lr_scales(model: nn.Module) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
+    """(trainable parameters, phi as a 0-d float64 tensor on its device) of each scaling quantized layer."""
+    scales = []
     for layer in quantized_layers(model).values():
         # one learning rate per parameter: a layer with one state per call takes its calls' mean phi
-        layer_phis = [p for p in (q.lr_scale_tensor() for q in layer_quantizers(layer)) if p is not None]
-        if layer_phis:
-            owners.append([p for p in layer.parameters(recurse=False) if p.requires_grad])
-            phis.append(torch.stack([p.reshape(()).to(torch.float64) for p in layer_phis]).mean())
-    if not phis:
-        return {}
-    values = torch.stack([p.to(phis[0].device) for p in phis]).tolist()
-    return {id(p): phi for params, phi in zip(owners, values, strict=True) for p in params}
+        phis = [p for p in (q.lr_scale_tensor() for q in layer_quantizers(layer)) if p is not None]
+        if phis:
+            params = [p for p in layer.parameters(recurse=False) if p.requires_grad]
+            scales.append((params, torch.stack([p.reshape(()).to(torch.float64) for p in phis]).mean()))
+    return scales
 
 
 class LayerLrScaling:
@@ -55,19 +55,27 @@ class LayerLrScaling:
         # while a step runs: the optimizer's own groups, and each step group with the group it copies
         self._own: list[dict] | None = None
         self._copies: list[tuple[dict, dict]] = []
+        self._saved: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # the lerp's (accelerators)
         self._handles = [
             optimizer.register_step_pre_hook(lambda *_: self.before_step()),
             optimizer.register_step_post_hook(lambda *_: self.after_step()),
             # a checkpoint taken inside a step (a signal's handler) saves the optimizer's own layout
-            optimizer.register_state_dict_pre_hook(lambda *_: self.after_step()),
+            optimizer.register_state_dict_pre_hook(lambda *_: self._restore_groups()),
         ]
 
     def before_step(self) -> None:
         # once per iteration, before the weights change: a NaN or Inf a GPU quantizer met in this
         # iteration's backward pass ends the run as diverged (kernels.errors)
         raise_if_nonfinite()
-        self.after_step()  # the groups of a step that raised
-        factors = parameter_lr_factors(self.model)
+        self._restore_groups()  # those of a step that raised
+        scales = layer_lr_scales(self.model)
+        if all(phi.device.type == "cpu" for _, phi in scales):
+            self._saved = []
+            self._split_groups({id(p): float(phi) for params, phi in scales for p in params})
+        else:
+            self._saved = [(p, p.detach().clone(), phi) for params, phi in scales for p in params]
+
+    def _split_groups(self, factors: dict[int, float]) -> None:
         if not factors:
             return
         own, step_groups, copies = self.optimizer.param_groups, [], []
@@ -86,7 +94,14 @@ class LayerLrScaling:
         self._own, self._copies = own, copies
         self.optimizer.param_groups = step_groups
 
+    @torch.no_grad()
     def after_step(self) -> None:
+        self._restore_groups()
+        for p, before, phi in self._saved:  # p <- before + phi * (p - before), written into p by the op
+            torch.lerp(before, p, phi.to(device=p.device, dtype=p.dtype), out=p)
+        self._saved = []
+
+    def _restore_groups(self) -> None:
         if self._own is None:
             return
         self.optimizer.param_groups = self._own
@@ -97,7 +112,7 @@ class LayerLrScaling:
         self._own, self._copies = None, []
 
     def remove(self) -> None:
-        self.after_step()
+        self._restore_groups()
         for handle in self._handles:
             handle.remove()
         self._handles = []

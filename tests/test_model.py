@@ -114,6 +114,21 @@ def _scaled_sgd_net(phis):
     return scaled, opt, LayerLrScaling(scaled, opt)
 
 
+def test_layer_lr_scaling_on_an_accelerator_writes_the_lerp_of_the_step_bit_for_bit():
+    """Where phi stays on a device (no host read inside the step), after_step writes before + phi (p -
+    before) into p as before.lerp_(p, phi) computes it."""
+    p = torch.nn.Parameter(torch.randn(64, 33))
+    before = p.detach().clone()
+    with torch.no_grad():
+        p.add_(torch.randn(64, 33) * 1e-2)
+    phi = torch.tensor(0.37)
+    want = before.clone().lerp_(p.detach(), phi)
+    scaling = LayerLrScaling(nn.Linear(1, 1), torch.optim.SGD([p], lr=0.1))
+    scaling._saved = [(p, before, phi)]
+    scaling.after_step()
+    assert torch.equal(p.detach(), want) and not torch.equal(want, before)
+
+
 def test_layer_lr_scaling_leaves_the_optimizers_groups_as_they_were():
     """The step runs on groups split by phi; before and after it, and in a checkpoint taken after a step
     that raised, the optimizer has its own groups, with their learning rates."""
