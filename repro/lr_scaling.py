@@ -36,14 +36,15 @@ def layer_lr_factors(model: nn.Module) -> dict[str, float]:
 
 
 def layer_lr_scales(model: nn.Module) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
-    """(trainable parameters, phi as a 0-d float64 tensor on its device) of each scaling quantized layer."""
+    """(trainable parameters, phi as a 0-d tensor on its device) of each scaling quantized layer."""
     scales = []
     for layer in quantized_layers(model).values():
         # one learning rate per parameter: a layer with one state per call takes its calls' mean phi
         phis = [p for p in (q.lr_scale_tensor() for q in layer_quantizers(layer)) if p is not None]
         if phis:
             params = [p for p in layer.parameters(recurse=False) if p.requires_grad]
-            scales.append((params, torch.stack([p.reshape(()).to(torch.float64) for p in phis]).mean()))
+            # (a layer's own tensor where it has one: no stack and mean for each layer every step)
+            scales.append((params, phis[0] if len(phis) == 1 else torch.stack(phis).mean()))
     return scales
 
 
