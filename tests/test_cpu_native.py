@@ -709,8 +709,9 @@ def test_native_implicit_im2col_products_are_exact(
     ],
     ids=str,
 )
+@pytest.mark.parametrize("amx_blocks", [True, False], ids=["amx-blocks", "vnni-blocks"])
 def test_grouped_products_on_the_native_gemm_are_exact(
-    monkeypatch, gemm_kernel, n, cin, cout, groups, spatial, k, s, p, d
+    monkeypatch, gemm_kernel, amx_blocks, n, cin, cout, groups, spatial, k, s, p, d
 ):
     """Grouped convolutions whose blocks of groups have a multiple of 16 input channels (im2col.group_block)
     run one native GEMM call for all blocks, each an ungrouped product with a block-diagonal weight reading
@@ -718,6 +719,8 @@ def test_grouped_products_on_the_native_gemm_are_exact(
     scale, one per output channel for the weight gradient, bfloat16) without the epilogue's pass. The input
     gradient reads the forward pass's block-diagonal operands transposed, one phase per call."""
     monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+    # the blocks of either kind's rule (im2col.group_block), on whichever kernel runs here
+    monkeypatch.setattr(cpu.routes, "tiles_are_amx", lambda: amx_blocks)
     cpu.clear_route_caches()
     batches, passes = [], []
     real = native.gemm_tables
@@ -771,20 +774,34 @@ def test_grouped_products_on_the_native_gemm_are_exact(
         cpu.clear_route_caches()
 
 
-def test_group_block_takes_whole_tiles_of_input_channels():
-    """A block of groups: a divisor of the groups, input channels the packing reads as runs, at most 128
-    channels either side; the smallest reaching 64 input channels, else the largest; none for ungrouped
-    products or where no block fits. The weight gradient's blocks are smaller."""
+def _tile_kind(monkeypatch, amx: bool) -> None:
+    """The block rules of a tile GEMM on AMX (amx) or on AVX-512 VNNI, whatever this CPU has."""
     if not cpu.im2col.implicit_ok(16):
         pytest.skip("no native GEMM route here")
+    monkeypatch.setattr(cpu.routes, "native_tiles", lambda: True)
+    monkeypatch.setattr(cpu.routes, "tiles_are_amx", lambda: amx)
+    cpu.im2col.group_block.cache_clear()
+    cpu.im2col.weight_grad_block.cache_clear()
+
+
+@pytest.fixture
+def fresh_blocks():
+    yield
+    cpu.clear_route_caches()  # no block the patched rules chose stays cached
+
+
+def test_group_block_takes_whole_tiles_of_input_channels_on_amx(monkeypatch, fresh_blocks):
+    """A block of groups on AMX: a divisor of the groups, input channels the packing reads as runs, at most
+    128 channels either side; the smallest reaching 64 input channels, else the largest; none for ungrouped
+    products or where no block fits. The weight gradient's blocks are smaller."""
+    _tile_kind(monkeypatch, amx=True)
     block = cpu.im2col.group_block
     assert block(32, 4, 4) == 16  # ResNeXt's 32 x 4d: 64 channels a block
     assert block(32, 32, 32) == 2
     assert block(25, 16, 16) == 5  # RegNet's 16 channels a group: 80
     assert block(2, 16, 16) == 2  # fewer than 64 channels in all: the largest block
     assert block(4, 64, 256) is None  # 256 output channels a group: over 128
-    # 24 channels: runs the AMX packing reads with masked loads, the vector GEMM's 16-byte loads not
-    assert block(3, 8, 8) == (3 if cpu.routes.native_tiles() else None)
+    assert block(3, 8, 8) == 3  # 24 channels: runs the tiles' packing reads with masked loads
     assert block(2, 4, 4) is None  # 8 channels: under one 16-byte run
     assert block(1, 64, 64) is None
     # the weight gradient computes a block's every product: the smallest block of 32 or more whole-run input
@@ -796,6 +813,30 @@ def test_group_block_takes_whole_tiles_of_input_channels():
         wgrad(13, 8, 8) is None and wgrad(55, 8, 8) is None
     )  # RegNetY's 104 and 440 channels: no whole runs
     assert wgrad(1, 64, 64) is None
+
+
+def test_group_block_on_vnni_takes_the_least_modelled_work(monkeypatch, fresh_blocks):
+    """On AVX-512 VNNI the blocks are the least work of a model of the kernel's tiles (im2col._vnni_work),
+    whole 16-byte runs first: the fastest block measured for each of these layers (AMD Zen 5, RegNetX/Y-400MF
+    and ResNeXt-50 at 112 px, docs/measurements.md)."""
+    _tile_kind(monkeypatch, amx=False)
+    block, wgrad = cpu.im2col.group_block, cpu.im2col.weight_grad_block
+    assert block(25, 16, 16) == 1  # RegNetX's 400 channels: single groups, not blocks of 80
+    assert block(10, 16, 16) == 2 and block(4, 16, 16, (3, 3), (2, 2)) == 2  # 160 and 64 channels: 32
+    assert block(32, 4, 4) == 8 and block(32, 8, 8) == 4 and block(32, 32, 32) == 1  # ResNeXt's
+    # RegNetY's 48 channels in 6 groups: 16 at stride 1, all 48 at stride 2 (its input gradient's phases of
+    # one and two taps would fill a 64-byte tile to a quarter and a half)
+    assert block(6, 8, 8) == 2 and block(6, 8, 8, (3, 3), (2, 2)) == 6
+    assert block(55, 8, 8) == 5  # no block of whole runs: the least work of those the packing reads
+    assert block(4, 64, 256) is None and block(2, 4, 4) is None and block(1, 64, 64) is None
+    assert wgrad(4, 16, 16) == 2 and wgrad(25, 16, 16) == 1 and wgrad(32, 4, 4) == 8 and wgrad(6, 8, 8) == 2
+    # no whole runs: the AMX rule's block (a run straddling a tile is packed byte by byte)
+    assert wgrad(55, 8, 8) == 11 and wgrad(13, 8, 8) == 13
+    assert wgrad(1, 64, 64) is None
+    # the model itself: padding to 32 columns and 64-byte tiles, and each item's rows
+    work = cpu.im2col._vnni_work
+    assert work(25, 16, 16, 1, (3, 3), (1, 1)) < work(25, 16, 16, 5, (3, 3), (1, 1))
+    assert work(2, 16, 16, 2, (3, 3), None) < work(2, 16, 16, 1, (3, 3), None)
 
 
 def test_native_gemm_threads_split_rows_or_columns_exactly(gemm_kernel):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 
 import torch
@@ -145,42 +146,95 @@ def table_run_ok(run: int) -> bool:
 
 
 @functools.cache  # (asked several times a pass; routes.clear_route_caches clears it with the routes)
-def group_block(groups: int, a: int, b: int) -> int | None:
+def group_block(groups: int, a: int, b: int, kernel: tuple = (3, 3), stride: tuple = (1, 1)) -> int | None:
     """Groups per native GEMM call for a grouped convolution of `a` input and `b` output channels per group,
     on the implicit route (``implicit_ok``): a divisor of `groups` whose block's input channels the packing
-    reads as runs (``table_run_ok``), with at most GROUP_BLOCK_CHANNELS channels either side; the
-    smallest with 64 input channels or more (a whole tile's k from one tap), else the largest. None where no
-    block fits, or the convolution is ungrouped. A block is one ungrouped product with a block-diagonal
-    weight: the AMX tiles multiply its zeros faster than more calls would run (docs/measurements.md)."""
+    reads as runs (``table_run_ok``), with at most GROUP_BLOCK_CHANNELS channels either side. A block is one
+    ungrouped product with a block-diagonal weight, which multiplies the zeros between its groups too. On AMX
+    tiles the smallest block with 64 input channels or more (a whole tile's k from one tap), else the
+    largest: the tiles multiply zeros faster than more calls would run. On AVX-512 VNNI the block of least
+    modelled work for the forward pass and the input gradient (``_vnni_work``), among those whose input
+    channels fill whole 16-byte runs where any does. Both measured (docs/measurements.md). None where no block
+    fits, or the convolution is ungrouped. `kernel` and `stride`: the convolution's (the VNNI model's)."""
     if groups == 1 or not implicit_ok(16):
         return None
-    fits = [
-        n
-        for n in range(1, groups + 1)
-        if groups % n == 0 and n * max(a, b) <= GROUP_BLOCK_CHANNELS and table_run_ok(n * a)
-    ]
-    wide = [n for n in fits if n * a >= 64]
-    return min(wide) if wide else max(fits, default=None)
+    fits = _block_fits(groups, a, b)
+    if fits and _vnni_tiles():
+        whole = [n for n in fits if n * a % 16 == 0] or fits
+        return min(whole, key=lambda n: (_vnni_work(groups, a, b, n, kernel, stride), -n))
+    return _widest_rule(fits, a)
 
 
 @functools.cache  # (cleared with group_block)
-def weight_grad_block(groups: int, a: int, b: int) -> int | None:
+def weight_grad_block(groups: int, a: int, b: int, kernel: tuple = (3, 3)) -> int | None:
     """Groups per block of a grouped weight gradient, which computes every product of a block's channels and
     keeps the diagonal: `blk` times the groups' work, so smaller blocks than group_block's where the tiles
-    stay whole. The smallest divisor of `groups` whose input channels fill whole 16-byte runs, 32 or more of
-    them (a single group of 16n: one); None where none does (group_block's then). Measured on ResNeXt-50's
-    and RegNetX-400MF's layers, where group_block's were 1.2-1.7x slower (docs/measurements.md)."""
+    stay whole. On AMX, the smallest divisor of `groups` whose input channels fill whole 16-byte runs, 32 or
+    more of them (a single group of 16n: one); None where none does (group_block's then). Measured on
+    ResNeXt-50's and RegNetX-400MF's layers, where group_block's were 1.2-1.7x slower. On AVX-512 VNNI the
+    whole-run block of least modelled work (``_vnni_work``'s weight gradient), and where no block has whole
+    runs the AMX rule's group_block (the packing reads a run that a tile straddles byte by byte: RegNetY's
+    440 channels in 55 groups took 0.70 ms in blocks of 5, 0.50 in blocks of 11; docs/measurements.md)."""
     if group_block(groups, a, b) is None:
         return None
-    fits = [
+    whole = [n for n in _block_fits(groups, a, b, whole_runs=True)]
+    if _vnni_tiles():
+        if not whole:
+            return _widest_rule(_block_fits(groups, a, b), a)
+        return min(whole, key=lambda n: (_vnni_work(groups, a, b, n, kernel, None), -n))
+    return min((n for n in whole if n * a >= 32 or n == 1), default=None)
+
+
+def _block_fits(groups: int, a: int, b: int, whole_runs: bool = False) -> list[int]:
+    """Divisors of `groups` whose blocks the native GEMM takes: input channels it reads as runs (or, with
+    `whole_runs`, in whole 16-byte runs), at most GROUP_BLOCK_CHANNELS channels either side."""
+    return [
         n
         for n in range(1, groups + 1)
         if groups % n == 0
         and n * max(a, b) <= GROUP_BLOCK_CHANNELS
-        and n * a % 16 == 0
-        and (n * a >= 32 or n == 1)
+        and (n * a % 16 == 0 if whole_runs else table_run_ok(n * a))
     ]
-    return min(fits, default=None)
+
+
+def _widest_rule(fits: list[int], a: int) -> int | None:
+    """The AMX tiles' block: the smallest with 64 input channels or more, else the largest."""
+    wide = [n for n in fits if n * a >= 64]
+    return min(wide) if wide else max(fits, default=None)
+
+
+def _vnni_tiles() -> bool:
+    return routes.native_tiles() and not routes.tiles_are_amx()
+
+
+# the VNNI block model's costs, in units of one int8 multiply-add: a product's 64-byte k tile of A costs as
+# much as PACK_COLUMNS more columns of B, and each row of an item's result RESULT_ROW more (its stores,
+# scales and share of the call); fitted to RegNetX/Y-400MF's and ResNeXt-50's grouped layers on AMD Zen 5,
+# where it picked the fastest measured block of each of 20 layers (docs/measurements.md)
+PACK_COLUMNS, RESULT_ROW = 32, 2048
+
+
+def _vnni_work(groups: int, a: int, b: int, n: int, kernel: tuple, stride: tuple | None) -> float:
+    """Modelled work of a grouped convolution in blocks of `n` groups on the VNNI kernel (its 32-row strips
+    and 32-column blocks, k in 64-byte tiles). `stride` given: the forward pass and the input gradient, per
+    output position: each item's k rounded up to whole tiles times its columns rounded up to 32 (plus
+    PACK_COLUMNS), plus RESULT_ROW a row; the input gradient as the stride's phases, each with its own taps
+    over as many rows as the output has. `stride` None: the weight gradient, per position reduced: each
+    item's rows (output channels) rounded up to 32 times its columns (taps and input channels) rounded up to
+    32, plus PACK_COLUMNS."""
+    up = lambda v, m: -(-v // m) * m  # noqa: E731
+    taps = math.prod(kernel)
+    if stride is None:
+        return groups // n * up(n * b, 32) * (up(taps * n * a, 32) + PACK_COLUMNS)
+
+    def product(k_len: int, cols: int) -> float:
+        return up(k_len, 64) * (up(cols, 32) + PACK_COLUMNS) + RESULT_ROW
+
+    phases = [math.prod(t) for t in itertools.product(*(
+        [len(range(r, k, s)) for r in range(s)] for k, s in zip(kernel, stride, strict=True)
+    ))]  # fmt: skip
+    work = product(taps * n * a, n * b) + sum(product(t * n * b, n * a) for t in phases if t)
+    return groups // n * work
 
 
 def block_diagonal(wq: torch.Tensor, groups: int, blk: int) -> torch.Tensor:
@@ -296,7 +350,7 @@ def conv_exact(
         return native.depthwise_forward(xq, wq, s, p, d, out, scale)
     implicit = groups == 1 and implicit_ok(cin)
     if routes.native_grouped_conv(cin, cout, groups):
-        blk = group_block(groups, cin // groups, cout // groups)
+        blk = group_block(groups, cin // groups, cout // groups, k, tuple(s))
         return _implicit_grouped(xq, wq, p, s, d, out, groups, blk, scale, out_dtype)
     # the input gradient's TapMajor weight: its operand read through a table of rows where the implicit
     # route reads it, else the weight made (kernels.cpu.products)

@@ -489,7 +489,8 @@ def conv_input_grad(
         if dx is not None:
             return _as_dtype(dx, out_scale, out_dtype)
     a, b = cin // groups, cout // groups
-    blk = im2col.group_block(groups, a, b) if routes.native_grouped_conv(cin, cout, groups) else None
+    grouped = routes.native_grouped_conv(cin, cout, groups)
+    blk = im2col.group_block(groups, a, b, tuple(k), tuple(s)) if grouped else None  # (the forward pass's)
     if blk is not None and im2col.table_run_ok(blk * b):
         return _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, out_scale, out_dtype)
     # grouped: the transposed weight, per group (b, a, *k) -> (a, b, *k), flipped by the tap order below
@@ -677,7 +678,8 @@ def conv_weight_grad(
         if dw is not None:
             return dw
     if routes.native_grouped_conv(cin, cout, groups):
-        blk = im2col.weight_grad_block(groups, a, b) or im2col.group_block(groups, a, b)
+        k, s = tuple(k), tuple(s)
+        blk = im2col.weight_grad_block(groups, a, b, k) or im2col.group_block(groups, a, b, k, s)
         return _implicit_grouped_weight_grad(xq, gq, weight_shape, p, s, d, out, groups, blk, scale)
     # groups per matmul: blk groups together give a (blk*a, blk*b) product whose diagonal blocks are
     # the per-group results (the batched exact formulation for depthwise and other many-group convs)

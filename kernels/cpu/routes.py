@@ -77,6 +77,12 @@ def native_tiles() -> bool:
     return lib is not None and lib.rq_allow_amx(-1) == 1
 
 
+def tiles_are_amx() -> bool:
+    """Whether the tile GEMM (native_tiles) multiplies on AMX tiles; else on AVX-512 VNNI."""
+    lib = native_library()
+    return lib is not None and lib.rq_tiles_amx() == 1
+
+
 def batch_chunk(n: int, bytes_per_image: int, budget: int) -> int:
     """Images per chunk so that a chunk's temporary has about ``budget`` bytes (at least one image)."""
     if CHUNK_IMAGES is not None:

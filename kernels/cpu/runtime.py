@@ -119,6 +119,8 @@ def library() -> ctypes.CDLL | None:
     lib.rq_pad_cl.restype = None
     lib.rq_allow_amx.argtypes = (i32,)
     lib.rq_allow_amx.restype = i32
+    lib.rq_tiles_amx.argtypes = ()
+    lib.rq_tiles_amx.restype = i32
     for fn in (lib.rq_dw_forward, lib.rq_dw_input_grad):  # ..., scale, whether the output is bfloat16
         fn.argtypes = (ptr, ptr, ptr, ptr, ptr, i32)
         fn.restype = i32

@@ -444,4 +444,8 @@ int rq_allow_amx(int allow) {
     return rq::amx_allowed.load() && rq::tile_gemm_usable() ? 1 : 0;
 }
 
+// whether the tile GEMM's products run on AMX tiles (else on AVX-512 VNNI, where it runs at all): the blocks of
+// grouped convolutions are chosen by a rule of each kind's own (kernels/cpu/im2col.py, group_block)
+int rq_tiles_amx() { return rq::amx_usable() ? 1 : 0; }
+
 }  // extern "C"
