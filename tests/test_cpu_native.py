@@ -3,6 +3,7 @@ the shared Philox stream, the dequantizing epilogue, and the exact int8 GEMM; th
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -821,22 +822,76 @@ def test_group_block_on_vnni_takes_the_least_modelled_work(monkeypatch, fresh_bl
     and ResNeXt-50 at 112 px, docs/measurements.md)."""
     _tile_kind(monkeypatch, amx=False)
     block, wgrad = cpu.im2col.group_block, cpu.im2col.weight_grad_block
-    assert block(25, 16, 16) == 1  # RegNetX's 400 channels: single groups, not blocks of 80
+    assert block(25, 16, 16) == 2  # RegNetX's 400 channels: 32, the last block overlapping; not 80
     assert block(10, 16, 16) == 2 and block(4, 16, 16, (3, 3), (2, 2)) == 2  # 160 and 64 channels: 32
     assert block(32, 4, 4) == 8 and block(32, 8, 8) == 4 and block(32, 32, 32) == 1  # ResNeXt's
     # RegNetY's 48 channels in 6 groups: 16 at stride 1, all 48 at stride 2 (its input gradient's phases of
     # one and two taps would fill a 64-byte tile to a quarter and a half)
     assert block(6, 8, 8) == 2 and block(6, 8, 8, (3, 3), (2, 2)) == 6
-    assert block(55, 8, 8) == 5  # no block of whole runs: the least work of those the packing reads
+    assert block(55, 8, 8) == 4 and block(13, 8, 8) == 4  # RegNetY's 440 and 104: 32 channels, overlapping
+    assert block(3, 8, 8) == 2  # 24 channels: whole runs of 16 first
     assert block(4, 64, 256) is None and block(2, 4, 4) is None and block(1, 64, 64) is None
     assert wgrad(4, 16, 16) == 2 and wgrad(25, 16, 16) == 1 and wgrad(32, 4, 4) == 8 and wgrad(6, 8, 8) == 2
-    # no whole runs: the AMX rule's block (a run straddling a tile is packed byte by byte)
-    assert wgrad(55, 8, 8) == 11 and wgrad(13, 8, 8) == 13
+    # no divisor with whole runs: whole runs in an overlapping last block (a run that a tile straddles is
+    # packed byte by byte)
+    assert wgrad(55, 8, 8) == 4 and wgrad(13, 8, 8) == 4
     assert wgrad(1, 64, 64) is None
     # the model itself: padding to 32 columns and 64-byte tiles, and each item's rows
     work = cpu.im2col._vnni_work
     assert work(25, 16, 16, 1, (3, 3), (1, 1)) < work(25, 16, 16, 5, (3, 3), (1, 1))
+    assert work(13, 8, 8, 2, (3, 3), (1, 1)) == work(14, 8, 8, 2, (3, 3), (1, 1))  # 7 blocks either way
     assert work(2, 16, 16, 2, (3, 3), None) < work(2, 16, 16, 1, (3, 3), None)
+
+
+@pytest.mark.parametrize(
+    "n,cin,cout,groups,spatial,s,blk",
+    [
+        (2, 400, 400, 25, (5, 5), 1, 2),  # RegNetX's 25 groups in blocks of 2: 12, and a 13th overlapping
+        (2, 104, 104, 13, (9, 9), 2, 4),  # RegNetY's 8-channel groups, stride 2: the input gradient's phases
+        (2, 80, 160, 5, (6, 6), 2, 3),  # 16 input and 32 output channels a group: the last block from group 2
+    ],
+    ids=str,
+)
+def test_grouped_products_with_an_overlapping_last_block_are_exact(
+    monkeypatch, gemm_kernel, n, cin, cout, groups, spatial, s, blk
+):
+    """Blocks that do not divide the groups (im2col.block_starts): the last block starts blk groups before
+    the end and computes the groups it shares with the block before it again, to the same values. Every pass
+    equals the reference bit for bit, scaled by one value and (the weight gradient) one per output channel."""
+    monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+    cpu.clear_route_caches()
+    if not cpu.im2col.implicit_ok(16) or not cpu.routes.native_grouped_conv(cin, cout, groups):
+        pytest.skip("no native GEMM route for these groups on this kernel")
+    if not cpu.im2col.table_run_ok(blk * cin // groups) or not cpu.im2col.table_run_ok(blk * cout // groups):
+        pytest.skip("runs of channels that are not a multiple of 16: the tile GEMM's packing only")
+    # (cached functions: clear_route_caches clears them)
+    monkeypatch.setattr(cpu.im2col, "group_block", functools.cache(lambda *_: blk))
+    monkeypatch.setattr(cpu.im2col, "weight_grad_block", functools.cache(lambda *_: blk))
+    calls, real = [], native.gemm_tables
+    monkeypatch.setattr(native, "gemm_tables", lambda *a, **kw: calls.append(kw["batch"]) or real(*a, **kw))
+    try:
+        gen = torch.Generator().manual_seed(groups)
+        x = _cl(torch.randint(-127, 128, (n, cin, *spatial), generator=gen, dtype=torch.int8))
+        w = _cl(torch.randint(-127, 128, (cout, cin // groups, 3, 3), generator=gen, dtype=torch.int8))
+        x[0], w[-1] = 127, -127  # the extremes in the overlapping block
+        geo = ([s] * 2, [1] * 2, [1] * 2, groups)
+        y = reference.conv_forward(x.contiguous(), w.contiguous(), *geo)
+        g = _cl(torch.randint(-127, 128, y.shape, generator=gen, dtype=torch.int8))
+        dx = reference.conv_input_grad(g.contiguous(), w.contiguous(), x.shape, *geo)
+        dw = reference.conv_weight_grad(x.contiguous(), g.contiguous(), w.shape, *geo)
+        assert torch.equal(cpu.conv_forward(x, w, *geo), y)
+        assert torch.equal(cpu.conv_input_grad(g, w, x.shape, *geo), dx)
+        assert torch.equal(cpu.conv_weight_grad(x, g, w.shape, *geo), dw)
+        assert {b[0] for b in calls} == {groups // blk, 1}  # the equally spaced blocks, then the last
+        scale, per_channel = torch.tensor(3.0e-5), (torch.rand(cout, generator=gen) + 0.5) * 1e-5
+        got = cpu.conv_forward(x, w, *geo, out_scale=scale, out_dtype=torch.bfloat16)
+        assert torch.equal(got, cpu.dequantize(y.clone(), scale, dtype=torch.bfloat16))
+        got = cpu.conv_input_grad(g, w, x.shape, *geo, out_scale=scale)
+        assert torch.equal(got, cpu.dequantize(dx.clone(), scale))
+        got = cpu.conv_weight_grad(x, g, w.shape, *geo, out_scale=per_channel)
+        assert torch.equal(got, cpu.dequantize(dw.clone(), per_channel, axis=0))
+    finally:
+        cpu.clear_route_caches()
 
 
 def test_native_gemm_threads_split_rows_or_columns_exactly(gemm_kernel):

@@ -148,19 +148,21 @@ def table_run_ok(run: int) -> bool:
 @functools.cache  # (asked several times a pass; routes.clear_route_caches clears it with the routes)
 def group_block(groups: int, a: int, b: int, kernel: tuple = (3, 3), stride: tuple = (1, 1)) -> int | None:
     """Groups per native GEMM call for a grouped convolution of `a` input and `b` output channels per group,
-    on the implicit route (``implicit_ok``): a divisor of `groups` whose block's input channels the packing
-    reads as runs (``table_run_ok``), with at most GROUP_BLOCK_CHANNELS channels either side. A block is one
-    ungrouped product with a block-diagonal weight, which multiplies the zeros between its groups too. On AMX
-    tiles the smallest block with 64 input channels or more (a whole tile's k from one tap), else the
-    largest: the tiles multiply zeros faster than more calls would run. On AVX-512 VNNI the block of least
-    modelled work for the forward pass and the input gradient (``_vnni_work``), among those whose input
-    channels fill whole 16-byte runs where any does. Both measured (docs/measurements.md). None where no block
-    fits, or the convolution is ungrouped. `kernel` and `stride`: the convolution's (the VNNI model's)."""
+    on the implicit route (``implicit_ok``): blocks whose input channels the packing reads as runs
+    (``table_run_ok``), with at most GROUP_BLOCK_CHANNELS channels either side. A block is one ungrouped
+    product with a block-diagonal weight, which multiplies the zeros between its groups too. On AMX tiles a
+    divisor of `groups`: the smallest with 64 input channels or more (a whole tile's k from one tap), else the
+    largest; the tiles multiply zeros faster than more calls would run. On AVX-512 VNNI the block of least
+    modelled work for the forward pass and the input gradient (``_vnni_work``) among those whose input
+    channels fill whole 16-byte runs where any does, a divisor or not (a last block overlapping the one before
+    it, block_starts). Both measured (docs/measurements.md). None where no block fits, or the convolution is
+    ungrouped. `kernel` and `stride`: the convolution's (the VNNI model's)."""
     if groups == 1 or not implicit_ok(16):
         return None
     fits = _block_fits(groups, a, b)
     if fits and _vnni_tiles():
-        whole = [n for n in fits if n * a % 16 == 0] or fits
+        any_size = _block_fits(groups, a, b, divisors=False)
+        whole = [n for n in any_size if n * a % 16 == 0] or any_size
         return min(whole, key=lambda n: (_vnni_work(groups, a, b, n, kernel, stride), -n))
     return _widest_rule(fits, a)
 
@@ -172,26 +174,28 @@ def weight_grad_block(groups: int, a: int, b: int, kernel: tuple = (3, 3)) -> in
     stay whole. On AMX, the smallest divisor of `groups` whose input channels fill whole 16-byte runs, 32 or
     more of them (a single group of 16n: one); None where none does (group_block's then). Measured on
     ResNeXt-50's and RegNetX-400MF's layers, where group_block's were 1.2-1.7x slower. On AVX-512 VNNI the
-    whole-run block of least modelled work (``_vnni_work``'s weight gradient), and where no block has whole
-    runs the AMX rule's group_block (the packing reads a run that a tile straddles byte by byte: RegNetY's
-    440 channels in 55 groups took 0.70 ms in blocks of 5, 0.50 in blocks of 11; docs/measurements.md)."""
+    whole-run block of least modelled work (``_vnni_work``'s weight gradient): a divisor where one has whole
+    runs, else any (an overlapping last block: RegNetY's 104 channels in 13 groups took 1.77 ms in one block,
+    0.75 in blocks of 2 or 4; a run that a tile straddles is packed byte by byte); docs/measurements.md."""
     if group_block(groups, a, b) is None:
         return None
-    whole = [n for n in _block_fits(groups, a, b, whole_runs=True)]
+    whole = _block_fits(groups, a, b, whole_runs=True)
     if _vnni_tiles():
+        whole = whole or _block_fits(groups, a, b, whole_runs=True, divisors=False)
         if not whole:
             return _widest_rule(_block_fits(groups, a, b), a)
         return min(whole, key=lambda n: (_vnni_work(groups, a, b, n, kernel, None), -n))
     return min((n for n in whole if n * a >= 32 or n == 1), default=None)
 
 
-def _block_fits(groups: int, a: int, b: int, whole_runs: bool = False) -> list[int]:
-    """Divisors of `groups` whose blocks the native GEMM takes: input channels it reads as runs (or, with
-    `whole_runs`, in whole 16-byte runs), at most GROUP_BLOCK_CHANNELS channels either side."""
+def _block_fits(groups: int, a: int, b: int, whole_runs: bool = False, divisors: bool = True) -> list[int]:
+    """Blocks of groups the native GEMM takes (divisors of `groups`, or with `divisors` False any number up
+    to it): input channels it reads as runs (or, with `whole_runs`, in whole 16-byte runs), at most
+    GROUP_BLOCK_CHANNELS channels either side."""
     return [
         n
         for n in range(1, groups + 1)
-        if groups % n == 0
+        if (groups % n == 0 or not divisors)
         and n * max(a, b) <= GROUP_BLOCK_CHANNELS
         and (n * a % 16 == 0 if whole_runs else table_run_ok(n * a))
     ]
@@ -210,22 +214,23 @@ def _vnni_tiles() -> bool:
 # the VNNI block model's costs, in units of one int8 multiply-add: a product's 64-byte k tile of A costs as
 # much as PACK_COLUMNS more columns of B, and each row of an item's result RESULT_ROW more (its stores,
 # scales and share of the call); fitted to RegNetX/Y-400MF's and ResNeXt-50's grouped layers on AMD Zen 5,
-# where it picked the fastest measured block of each of 20 layers (docs/measurements.md)
+# where it picked the fastest measured block of 19 of 20 layers, and one 1.4x the fastest's time on the last
+# (docs/measurements.md)
 PACK_COLUMNS, RESULT_ROW = 32, 2048
 
 
 def _vnni_work(groups: int, a: int, b: int, n: int, kernel: tuple, stride: tuple | None) -> float:
-    """Modelled work of a grouped convolution in blocks of `n` groups on the VNNI kernel (its 32-row strips
-    and 32-column blocks, k in 64-byte tiles). `stride` given: the forward pass and the input gradient, per
-    output position: each item's k rounded up to whole tiles times its columns rounded up to 32 (plus
-    PACK_COLUMNS), plus RESULT_ROW a row; the input gradient as the stride's phases, each with its own taps
-    over as many rows as the output has. `stride` None: the weight gradient, per position reduced: each
-    item's rows (output channels) rounded up to 32 times its columns (taps and input channels) rounded up to
-    32, plus PACK_COLUMNS."""
+    """Modelled work of a grouped convolution in blocks of `n` groups (block_starts: ceil(groups / n) of them)
+    on the VNNI kernel (its 32-row strips and 32-column blocks, k in 64-byte tiles). `stride` given: the
+    forward pass and the input gradient, per output position: each block's k rounded up to whole tiles times
+    its columns rounded up to 32 (plus PACK_COLUMNS), plus RESULT_ROW a row; the input gradient as the
+    stride's phases, each with its own taps over as many rows as the output has. `stride` None: the weight
+    gradient, per position reduced: each block's rows (output channels) rounded up to 32 times its columns
+    (taps and input channels) rounded up to 32, plus PACK_COLUMNS."""
     up = lambda v, m: -(-v // m) * m  # noqa: E731
-    taps = math.prod(kernel)
+    taps, blocks = math.prod(kernel), -(-groups // n)
     if stride is None:
-        return groups // n * up(n * b, 32) * (up(taps * n * a, 32) + PACK_COLUMNS)
+        return blocks * up(n * b, 32) * (up(taps * n * a, 32) + PACK_COLUMNS)
 
     def product(k_len: int, cols: int) -> float:
         return up(k_len, 64) * (up(cols, 32) + PACK_COLUMNS) + RESULT_ROW
@@ -234,20 +239,33 @@ def _vnni_work(groups: int, a: int, b: int, n: int, kernel: tuple, stride: tuple
         [len(range(r, k, s)) for r in range(s)] for k, s in zip(kernel, stride, strict=True)
     ))]  # fmt: skip
     work = product(taps * n * a, n * b) + sum(product(t * n * b, n * a) for t in phases if t)
-    return groups // n * work
+    return blocks * work
+
+
+def block_starts(groups: int, blk: int) -> list[int]:
+    """The first group of each block of `blk` groups: every blk-th from 0, and where blk does not divide the
+    groups a last block of the last blk groups, overlapping the one before it. The overlapped groups are
+    computed twice, to the same values (the same int8 sums), so writing them twice changes nothing."""
+    starts = list(range(0, groups - blk + 1, blk))
+    return starts if groups % blk == 0 else [*starts, groups - blk]
 
 
 def block_diagonal(wq: torch.Tensor, groups: int, blk: int) -> torch.Tensor:
-    """A grouped weight (Cout, a, *k) as groups // blk operands (prod(k) * blk * a, blk * b) of the implicit
-    GEMM, rows (k..., group in block, c) as the channels-last columns of the block's input channels, columns
-    (group in block, output channel): each group's weight on the diagonal, zeros elsewhere. Kept with wq
-    (kernels.cpu.known) for its input gradient, which reads it transposed."""
+    """A grouped weight (Cout, a, *k) as one operand (prod(k) * blk * a, blk * b) of the implicit GEMM per
+    block (block_starts), rows (k..., group in block, c) as the channels-last columns of the block's input
+    channels, columns (group in block, output channel): each group's weight on the diagonal, zeros
+    elsewhere. Kept with wq (kernels.cpu.known) for its input gradient, which reads it transposed."""
     facts = known.recall(wq)
     if facts is not None and facts.block_diagonal is not None and facts.block_diagonal[:2] == (groups, blk):
         return facts.block_diagonal[2]
     cout, a, *k = wq.shape
-    b, ntap, nblocks = cout // groups, math.prod(k), groups // blk
-    wm = wq.movedim(1, -1).reshape(nblocks, blk, b, ntap, a)
+    b, ntap, starts = cout // groups, math.prod(k), block_starts(groups, blk)
+    nblocks = len(starts)
+    if groups % blk == 0:
+        wm = wq.movedim(1, -1).reshape(nblocks, blk, b, ntap, a)
+    else:  # the last block's groups from groups - blk (a copy: the blocks overlap)
+        pick = torch.tensor(starts)[:, None] + torch.arange(blk)
+        wm = wq.movedim(1, -1).reshape(groups, b, ntap, a)[pick]
     wbd = torch.zeros((nblocks, ntap, blk, a, blk, b), dtype=wq.dtype)
     wbd.diagonal(dim1=2, dim2=4).copy_(wm.permute(0, 3, 4, 2, 1))
     wbd = wbd.view(nblocks, ntap * blk * a, blk * b)
@@ -431,8 +449,17 @@ def _implicit_grouped(xq, wq, p, s, d, out, groups: int, blk: int, scale, out_dt
     y = native.as_float_view(y) if scale is not None and dtype == torch.int32 else y
     ymat = y.movedim(1, -1).view(rows, cout)
     ca, cb = blk * a, blk * b
-    # block j: the input's channels from j * ca, its weight wbd[j], the output's channels from j * cb
-    batch = (groups // blk, ca, wbd[0].numel(), cb)
-    native.gemm_tables(rows, cb, ntap * ca, xp, (0, table_rows, 1), (0, taps, ca), wbd, (cb, None, 1),
-                       (1, None, 1), ymat, cout, scale, batch=batch)  # fmt: skip
+    # block j: the input's channels from j * ca, its weight wbd[j], the output's channels from j * cb; an
+    # overlapping last block (block_starts) by a call of its own from its first group
+    for j, g0, count in block_calls(groups, blk):
+        native.gemm_tables(rows, cb, ntap * ca, xp[:, g0 * a :], (0, table_rows, 1), (0, taps, ca), wbd[j:],
+                           (cb, None, 1), (1, None, 1), ymat[:, g0 * b :], cout, scale,
+                           batch=(count, ca, wbd[0].numel(), cb))  # fmt: skip
     return y
+
+
+def block_calls(groups: int, blk: int) -> list[tuple[int, int, int]]:
+    """The native GEMM calls of a grouped product's blocks (block_starts): (first block, its first group,
+    blocks), one batched call for the equally spaced blocks and one for an overlapping last block."""
+    full = groups // blk
+    return [(0, 0, full)] + ([(full, groups - blk, 1)] if groups % blk else [])

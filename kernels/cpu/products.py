@@ -575,14 +575,18 @@ def _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, scale
         phase_out = tuple(gq.shape[2 + i] + 2 * pad[i] - dil[i] * (sub[i] - 1) for i in range(nd))
         # B (taps * cb, ca): element ((j, i, o), (i', c)) at wbd's row (t_j, i', c), column (i, o)
         b_k = (0, _transposed_tap_table(tuple(k), taps, ca * cb), cb)
-        batch = (groups // blk, cb, wbd[0].numel(), ca)
         ksize = math.prod(sub) * cb
+        # block j: g's channels from j * cb, the operand wbd[j], dx's channels from j * ca (an overlapping
+        # last block by a call of its own: im2col.block_calls)
+        calls = [(j, g0, (count, cb, wbd[0].numel(), ca)) for j, g0, count in im2col.block_calls(groups, blk)]
         if single:
             rows, g_taps = im2col.implicit_columns(gp, sub, (1,) * nd, dil, phase_out)
             y = _new_output((n, cin, *phase_out), scale, out_dtype)
             ymat = y.movedim(1, -1).view(-1, cin)
-            native.gemm_tables(rows.numel(), ca, ksize, gp, (0, rows, 1), (0, g_taps, cb), wbd, b_k,
-                               (cb, None, 1), ymat, cin, scale, batch=batch)  # fmt: skip
+            for j, g0, batch in calls:
+                native.gemm_tables(rows.numel(), ca, ksize, gp[:, g0 * b :], (0, rows, 1), (0, g_taps, cb),
+                                   wbd[j:], b_k, (cb, None, 1), ymat[:, g0 * a :], cin, scale,
+                                   batch=batch)  # fmt: skip
             if phase_out == input_shape[2:]:
                 return y
             crop = tuple(slice(plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
@@ -596,8 +600,10 @@ def _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, scale
         ]
         crop = tuple((plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
         rows, g_taps, c_rows = im2col.window_tables(gp, sub, (1,) * nd, dil, phase_out, crop, dst)
-        native.gemm_tables(rows.numel(), ca, ksize, gp, (0, rows, 1), (0, g_taps, cb), wbd, b_k,
-                           (cb, None, 1), dst, cin, scale, batch=batch, c_rows=c_rows)  # fmt: skip
+        for j, g0, batch in calls:
+            native.gemm_tables(rows.numel(), ca, ksize, gp[:, g0 * b :], (0, rows, 1), (0, g_taps, cb),
+                               wbd[j:], b_k, (cb, None, 1), dst[:, g0 * a :], cin, scale, batch=batch,
+                               c_rows=c_rows)  # fmt: skip
     return dx
 
 
@@ -633,20 +639,28 @@ def _implicit_grouped_weight_grad(xq, gq, weight_shape, p, s, d, out, groups, bl
     (blk * b, taps * blk * a), scaled in the GEMM's stores; its diagonal blocks are the groups' gradients.
     Returned as (Cout, a, *k) with channels innermost, the layout of a channels-last model's weight."""
     cout, a, *k = weight_shape
-    b, ntap, nblocks = cout // groups, math.prod(k), groups // blk
+    b, ntap = cout // groups, math.prod(k)
     ca, cb = blk * a, blk * b
     xp = im2col.pad_zero(as_cl(xq), p)
     table_rows, taps = im2col.implicit_columns(xp, k, s, d, out)
     gt = as_cl(gq).movedim(1, -1).reshape(-1, cout)  # (rows, Cout), a view
     axis = _scale_axis(scale, True)
+    calls = im2col.block_calls(groups, blk)
+    nblocks = sum(count for _, _, count in calls)
     full = _weight_grad_out(nblocks * cb, ntap * ca, scale)
-    # block j: g's channels from j * cb, x's from j * ca, the rows of `full` from j * cb
-    native.gemm_tables(cb, ntap * ca, gt.shape[0], gt, (1, None, 1), (gt.stride(0), None, 1), xp,
-                       (0, table_rows, 1), (0, taps, ca), full, ntap * ca, scale, axis,
-                       batch=(nblocks, cb, ca, cb * ntap * ca))  # fmt: skip
+    # block j: g's channels from j * cb, x's from j * ca, the rows of `full` from j * cb (an overlapping last
+    # block from its first group, by a call of its own: im2col.block_calls)
+    for j, g0, count in calls:
+        sc = scale if axis < 0 else scale.reshape(-1)[g0 * b : g0 * b + count * cb]
+        native.gemm_tables(cb, ntap * ca, gt.shape[0], gt[:, g0 * b :], (1, None, 1), (gt.stride(0), None, 1),
+                           xp[:, g0 * a :], (0, table_rows, 1), (0, taps, ca), full[j * cb :], ntap * ca, sc,
+                           axis, batch=(count, cb, ca, cb * ntap * ca))  # fmt: skip
     # (block, group in block, b, tap, group in block, a): the diagonal over the two group indices
     diag = full.view(nblocks, blk, b, ntap, blk, a).diagonal(dim1=1, dim2=4)  # (block, b, tap, a, group)
-    return diag.permute(0, 4, 1, 2, 3).reshape(cout, *k, a).movedim(-1, 1)
+    per_group = diag.permute(0, 4, 1, 2, 3).reshape(nblocks * blk, b, ntap, a)
+    if groups % blk:  # the overlapping last block: its groups that the blocks before it do not hold
+        per_group = torch.cat((per_group[: groups // blk * blk], per_group[-(groups % blk) :]))
+    return per_group.reshape(cout, *k, a).movedim(-1, 1)
 
 
 def conv_weight_grad(
