@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include <omp.h>
@@ -293,39 +294,50 @@ void kernel_2x2(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, boo
 // (32 values, one a row of the block: 128 times the row's sum of a over these k tiles, row_comp) is taken off.
 // All int32 arithmetic wraps, so the result is the exact sum of a b modulo 2^32, as TDPBSSD's. 8 rows x 32
 // columns of C in registers at a time: 16 accumulators, the two B vectors of a k quad loaded once for 8
-// broadcasts of A.
-void kernel_vnni(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, bool add, const int32_t* comp) {
+// broadcasts of A. Only the groups of 8 rows that hold some of the block's `rows`, and with NV 1 only its first
+// 16 columns (a block of 16 or fewer): the others' sums are never written out (a weight gradient of 16 output
+// channels, a grouped product's 16-channel blocks, a strip's last rows); and only the last k tile's first
+// `quads` k quads, where the rest is padding (zeros in A: a 1x1 product of 24 input channels, or 8 positions).
+// AMX's tiles cost the same whole.
+template <int NV>
+void kernel_vnni(const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, bool add, const int32_t* comp,
+                 int rows, int quads) {
     const int8_t* b1 = b + kt * TILE;
-    for (int h = 0; h < 4; ++h) {
+    for (int h = 0; h < 4 && 8 * h < rows; ++h) {
         const TileRef* ag = a + (h / 2) * kt;
         const int64_t r0 = (h % 2) * 8;
         int32_t* out = acc + 32 * 8 * h;
-        __m512i c[8][2];
+        __m512i c[8][NV];
         for (int r = 0; r < 8; ++r) {
             // (acc may be a partial sum of a std::vector: not 64-byte aligned)
             const __m512i k = _mm512_set1_epi32(comp[8 * h + r]);
-            c[r][0] = _mm512_sub_epi32(add ? _mm512_loadu_si512(out + 32 * r) : _mm512_setzero_si512(), k);
-            c[r][1] = _mm512_sub_epi32(add ? _mm512_loadu_si512(out + 32 * r + 16) : _mm512_setzero_si512(), k);
+            for (int v = 0; v < NV; ++v)
+                c[r][v] = _mm512_sub_epi32(add ? _mm512_loadu_si512(out + 32 * r + 16 * v) : _mm512_setzero_si512(), k);
         }
-        for (int64_t t = 0; t < kt; ++t) {
+        // k quads [0, nq) of tile t (a constant 16 for whole tiles, so that the loop unrolls)
+        const auto tile = [&](int64_t t, auto nq) {
             const int64_t stride = ag[t].stride;
             const int8_t* ap = ag[t].p + r0 * stride;
             const int8_t *bp0 = b + t * TILE, *bp1 = b1 + t * TILE;
-            for (int q = 0; q < 16; ++q) {
-                const __m512i v0 = _mm512_load_si512(bp0 + TK * q), v1 = _mm512_load_si512(bp1 + TK * q);
+            for (int q = 0; q < nq; ++q) {
+                const __m512i v0 = _mm512_load_si512(bp0 + TK * q);
+                const __m512i v1 = NV > 1 ? _mm512_load_si512(bp1 + TK * q) : v0;
                 for (int r = 0; r < 8; ++r) {
                     int32_t quad;
                     std::memcpy(&quad, ap + stride * r + 4 * q, 4);
                     const __m512i u = _mm512_set1_epi32(quad);
                     c[r][0] = _mm512_dpbusd_epi32(c[r][0], v0, u);
-                    c[r][1] = _mm512_dpbusd_epi32(c[r][1], v1, u);
+                    if constexpr (NV > 1) c[r][NV - 1] = _mm512_dpbusd_epi32(c[r][NV - 1], v1, u);
                 }
             }
-        }
-        for (int r = 0; r < 8; ++r) {
-            _mm512_storeu_si512(out + 32 * r, c[r][0]);
-            _mm512_storeu_si512(out + 32 * r + 16, c[r][1]);
-        }
+        };
+        for (int64_t t = 0; t + 1 < kt; ++t) tile(t, std::integral_constant<int, 16>{});
+        if (quads == 16)
+            tile(kt - 1, std::integral_constant<int, 16>{});
+        else
+            tile(kt - 1, quads);
+        for (int r = 0; r < 8; ++r)
+            for (int v = 0; v < NV; ++v) _mm512_storeu_si512(out + 32 * r + 16 * v, c[r][v]);
     }
 }
 
@@ -346,13 +358,18 @@ void row_comp(const TileRef* a, int64_t kt, int32_t* comp) {
 #endif
 
 // acc = the block's product on the kernel this CPU has (amx: the tiles, else VNNI)
+// (rows, cols: of the block's 32 x 32 that C holds; quads: the k quads of its last k tile that hold k)
 inline void kernel([[maybe_unused]] bool amx, const TileRef* a, const int8_t* b, int64_t kt, int32_t* acc, bool add,
-                   [[maybe_unused]] const int32_t* comp) {
+                   [[maybe_unused]] const int32_t* comp, [[maybe_unused]] int rows, [[maybe_unused]] int cols,
+                   [[maybe_unused]] int quads) {
 #ifdef RQ_AMX
     if (amx) return kernel_2x2(a, b, kt, acc, add);
 #endif
 #ifdef RQ_VNNI
-    kernel_vnni(a, b, kt, acc, add, comp);
+    if (cols > 16)
+        kernel_vnni<2>(a, b, kt, acc, add, comp, rows, quads);
+    else
+        kernel_vnni<1>(a, b, kt, acc, add, comp, rows, quads);
 #endif
 }
 
@@ -413,6 +430,7 @@ void part(bool amx, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, 
     for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t pc = k0 + kb * kt_max * TK, pe = std::min(k1, pc + kt_max * TK), kt = (pe - pc + TK - 1) / TK;
         const bool first = kb == 0, last = kb + 1 == kblocks;
+        const int quads = (int)((pe - pc - (kt - 1) * TK + 3) / 4);  // of the last k tile
         for (int64_t jc = n0; jc < n1; jc += nc_max) {
             const int64_t nc = std::min(nc_max, n1 - jc);
             pack_b(b, jc, nc, pc, pe, bp.p, !amx);
@@ -427,10 +445,11 @@ void part(bool amx, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k0, 
                         int32_t* s = last && first ? acc
                                                    : sums.data() + (((ic + ir - m0) / 32) * nr + (jc + jr - n0) / 32) * 1024;
                         if (!first && last) std::memcpy(acc, s, sizeof(acc)), s = acc;
-                        kernel(amx, arefs.data() + ir / 16 * kt, bp.p + jr / 16 * kt * TILE, kt, s, !first, comp);
-                        if (last)
-                            write_block(s, (int)std::min<int64_t>(32, mc - ir), (int)std::min<int64_t>(32, nc - jr),
-                                        c, out, ic + ir, jc + jr, scale, bf16);
+                        const int rows = (int)std::min<int64_t>(32, mc - ir);
+                        const int cols = (int)std::min<int64_t>(32, nc - jr);
+                        kernel(amx, arefs.data() + ir / 16 * kt, bp.p + jr / 16 * kt * TILE, kt, s, !first, comp, rows,
+                               cols, quads);
+                        if (last) write_block(s, rows, cols, c, out, ic + ir, jc + jr, scale, bf16);
                     }
             }
         }
