@@ -211,34 +211,35 @@ def _vnni_tiles() -> bool:
     return routes.native_tiles() and not routes.tiles_are_amx()
 
 
-# the VNNI block model's costs, in units of one int8 multiply-add: a product's 64-byte k tile of A costs as
-# much as PACK_COLUMNS more columns of B, and each row of an item's result RESULT_ROW more (its stores,
-# scales and share of the call); fitted to RegNetX/Y-400MF's and ResNeXt-50's grouped layers on AMD Zen 5,
-# where it picked the fastest measured block of 19 of 20 layers, and one 1.4x the fastest's time on the last
+# the VNNI block model's costs, in units of one int8 multiply-add: the kernel multiplies a block's k in
+# 64-byte tiles (packed a tile at a time), its columns in 16s and its rows in 8s (gemm_amx.cpp); each row of
+# a block's result costs RESULT_ROW more (its stores, scales and share of the call), PHASE_ROW in a strided
+# input gradient's phases (written to their positions of dx), and each column of a weight gradient's block
+# PACK_COLUMN more (its packing). Fitted to RegNetX/Y-400MF's and ResNeXt-50's grouped layers on AMD Zen 5
+# after cb2c563: the forward pass and input gradient within 1.07x of the fastest measured block on 20 of 21
+# layers (1.18x on ResNeXt's 128-28), the weight gradient the fastest on all 13 measured
 # (docs/measurements.md)
-PACK_COLUMNS, RESULT_ROW = 32, 2048
+RESULT_ROW, PHASE_ROW, PACK_COLUMN = 2048, 4096, 32
 
 
 def _vnni_work(groups: int, a: int, b: int, n: int, kernel: tuple, stride: tuple | None) -> float:
     """Modelled work of a grouped convolution in blocks of `n` groups (block_starts: ceil(groups / n) of them)
-    on the VNNI kernel (its 32-row strips and 32-column blocks, k in 64-byte tiles). `stride` given: the
-    forward pass and the input gradient, per output position: each block's k rounded up to whole tiles times
-    its columns rounded up to 32 (plus PACK_COLUMNS), plus RESULT_ROW a row; the input gradient as the
-    stride's phases, each with its own taps over as many rows as the output has. `stride` None: the weight
-    gradient, per position reduced: each block's rows (output channels) rounded up to 32 times its columns
-    (taps and input channels) rounded up to 32, plus PACK_COLUMNS."""
+    on the VNNI kernel. `stride` given: the forward pass and the input gradient, per output position: each
+    block's k rounded up to 64-byte tiles times its columns rounded up to 16, plus RESULT_ROW a row; the input
+    gradient as the stride's phases, each with its own taps over as many rows as the output has (PHASE_ROW a
+    row where there are several). `stride` None: the weight gradient, per position reduced: each block's rows
+    (output channels) rounded up to 8 times (its columns, taps and input channels, rounded up to 16, plus
+    PACK_COLUMN)."""
     up = lambda v, m: -(-v // m) * m  # noqa: E731
     taps, blocks = math.prod(kernel), -(-groups // n)
     if stride is None:
-        return blocks * up(n * b, 32) * (up(taps * n * a, 32) + PACK_COLUMNS)
-
-    def product(k_len: int, cols: int) -> float:
-        return up(k_len, 64) * (up(cols, 32) + PACK_COLUMNS) + RESULT_ROW
-
+        return blocks * up(n * b, 8) * (up(taps * n * a, 16) + PACK_COLUMN)
     phases = [math.prod(t) for t in itertools.product(*(
         [len(range(r, k, s)) for r in range(s)] for k, s in zip(kernel, stride, strict=True)
     ))]  # fmt: skip
-    work = product(taps * n * a, n * b) + sum(product(t * n * b, n * a) for t in phases if t)
+    row = RESULT_ROW if len(phases) == 1 else PHASE_ROW
+    work = up(taps * n * a, 64) * up(n * b, 16) + RESULT_ROW
+    work += sum(up(t * n * b, 64) * up(n * a, 16) + row for t in phases if t)
     return blocks * work
 
 
