@@ -110,11 +110,12 @@ def test_a_rank_that_dies_or_hangs_does_not_leave_the_other_waiting(tmp_path_fac
     assert procs[0].returncode == 1, err[-3000:]
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    reason = "Connection reset by peer" if fault == "kill_at" else "Timed out waiting 5000ms"
-    assert (
-        lines[0].startswith("error: another rank stopped responding (it died or hung): ")
-        and reason in lines[0]
-    )
+    # a killed rank's socket reaches the survivor as a reset or as a close, whichever gloo reads first (both
+    # seen on one machine, runs apart)
+    killed = ("Connection reset by peer", "Connection closed by peer")
+    reasons = killed if fault == "kill_at" else ("Timed out waiting 5000ms",)
+    assert lines[0].startswith("error: another rank stopped responding (it died or hung): ")
+    assert any(reason in lines[0] for reason in reasons), lines[0]
     assert not [line for line in out.splitlines() if line.startswith("{")]
 
 
