@@ -722,8 +722,10 @@ def test_grouped_products_on_the_native_gemm_are_exact(
     if not amx_blocks and gemm_kernel != "tiles":
         pytest.skip("the vector GEMM takes one rule of blocks (the tile GEMM's kind does not apply)")
     monkeypatch.setenv("REPRO_CPU_GEMM", "native")
-    # the blocks of either kind's rule (im2col.group_block), on whichever kernel runs here
+    # the blocks of either kind's rule (im2col.group_block), on whichever kernel runs here; not the direct
+    # VNNI kernel (test_grouped_products_on_the_direct_vnni_kernel_are_exact)
     monkeypatch.setattr(cpu.routes, "tiles_are_amx", lambda: amx_blocks)
+    monkeypatch.setattr(cpu.routes, "GROUPED_VNNI", False)
     cpu.clear_route_caches()
     batches, passes = [], []
     real = native.gemm_tables
@@ -862,6 +864,7 @@ def test_grouped_products_with_an_overlapping_last_block_are_exact(
     the end and computes the groups it shares with the block before it again, to the same values. Every pass
     equals the reference bit for bit, scaled by one value and (the weight gradient) one per output channel."""
     monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+    monkeypatch.setattr(cpu.routes, "GROUPED_VNNI", False)  # the tile GEMM's blocks
     cpu.clear_route_caches()
     if not cpu.im2col.implicit_ok(16) or not cpu.routes.native_grouped_conv(cin, cout, groups):
         pytest.skip("no native GEMM route for these groups on this kernel")
@@ -894,6 +897,66 @@ def test_grouped_products_with_an_overlapping_last_block_are_exact(
         got = cpu.conv_weight_grad(x, g, w.shape, *geo, out_scale=per_channel)
         assert torch.equal(got, cpu.dequantize(dw.clone(), per_channel, axis=0))
     finally:
+        cpu.clear_route_caches()
+
+
+@pytest.mark.parametrize(
+    "n,cin,cout,groups,spatial,k,s,p,d",
+    [
+        (2, 400, 400, 25, (5, 5), 3, 1, 1, 1),  # RegNetX: one group of 16 a block
+        (2, 160, 160, 10, (9, 9), 3, 2, 1, 1),  # ... at stride 2: the input gradient's four phases
+        (2, 104, 104, 13, (9, 9), 3, 1, 1, 1),  # RegNetY's 8 channels: two groups a block, the last overlaps
+        (3, 48, 48, 6, (11, 11), 3, 2, 1, 1),  # ... stride 2
+        (2, 128, 128, 32, (6, 6), 3, 1, 1, 1),  # ResNeXt's 4 channels: four groups a block
+        (2, 256, 256, 8, (5, 5), 3, 1, 1, 1),  # 32 channels: two vectors of outputs
+        (2, 32, 64, 2, (10, 10), 3, 1, 0, 1),  # 16 in, 32 out (the input gradient: 32 in, 16 out); no padding
+        (2, 48, 72, 3, (7, 7), 3, 1, 1, 1),  # 24 outputs a group: lanes past them not written
+        (2, 64, 64, 4, (13, 13), 5, 3, 2, 1),  # a stride 3: nine phases
+        (2, 64, 64, 16, (11, 11), 3, 2, 2, 2),  # dilated, 4 channels a group
+        (2, 400, 400, 25, (2, 2), 3, 2, 1, 1),  # 2x2 -> 1x1: a phase as large as dx, still strided
+    ],
+    ids=str,
+)
+def test_grouped_products_on_the_direct_vnni_kernel_are_exact(
+    monkeypatch, n, cin, cout, groups, spatial, k, s, p, d
+):
+    """Grouped 2-D convolutions on AVX-512 VNNI's direct kernel (kernels/cpu/csrc/grouped.cpp): blocks of
+    groups whose outputs fill a vector of 16, each pixel's codes read as code + 128 from the flipped padded
+    input (the extremes included), the weight read where it lies. The forward pass and the input gradient
+    (every phase, in one call) equal the reference bit for bit, as int32, float32 scaled and bfloat16, with
+    no tile GEMM call."""
+    monkeypatch.setenv("REPRO_CPU_GEMM", "native")
+    monkeypatch.setattr(cpu.routes, "tiles_are_amx", lambda: False)  # (an AMX CPU has AVX-512 VNNI too)
+    cpu.clear_route_caches()
+    if not cpu.routes.grouped_vnni():
+        pytest.skip("no AVX-512 VNNI tile GEMM here")
+    direct, tiles = [], []
+    real_direct, real_tables = native.grouped_vnni, native.gemm_tables
+    monkeypatch.setattr(native, "grouped_vnni", lambda *a, **kw: direct.append(1) or real_direct(*a, **kw))
+    monkeypatch.setattr(native, "gemm_tables", lambda *a, **kw: tiles.append(1) or real_tables(*a, **kw))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the threads' shares of blocks and rows
+    try:
+        gen = torch.Generator().manual_seed(cin + cout + groups)
+        x = _cl(torch.randint(-127, 128, (n, cin, *spatial), generator=gen, dtype=torch.int8))
+        w = _cl(torch.randint(-127, 128, (cout, cin // groups, k, k), generator=gen, dtype=torch.int8))
+        x[0], w[0], x[-1, :, -1], w[-1] = 127, -127, -127, 127
+        geo = ([s] * 2, [p] * 2, [d] * 2, groups)
+        y = reference.conv_forward(x.contiguous(), w.contiguous(), *geo)
+        g = _cl(torch.randint(-127, 128, y.shape, generator=gen, dtype=torch.int8))
+        g[0] = -127
+        dx = reference.conv_input_grad(g.contiguous(), w.contiguous(), x.shape, *geo)
+        assert torch.equal(cpu.conv_forward(x, w, *geo), y)
+        assert torch.equal(cpu.conv_input_grad(g, w, x.shape, *geo), dx)
+        scale = torch.tensor(3.0e-5)
+        for out_dtype in (torch.float32, torch.bfloat16):
+            got = cpu.conv_forward(x, w, *geo, out_scale=scale, out_dtype=out_dtype)
+            assert torch.equal(got, cpu.dequantize(y.clone(), scale, dtype=out_dtype)), out_dtype
+            got = cpu.conv_input_grad(g, w, x.shape, *geo, out_scale=scale, out_dtype=out_dtype)
+            assert torch.equal(got, cpu.dequantize(dx.clone(), scale, dtype=out_dtype)), out_dtype
+        assert direct and not tiles
+    finally:
+        torch.set_num_threads(threads)
         cpu.clear_route_caches()
 
 

@@ -369,6 +369,9 @@ def conv_exact(
         return native.depthwise_forward(xq, wq, s, p, d, out, scale)
     implicit = groups == 1 and implicit_ok(cin)
     if routes.native_grouped_conv(cin, cout, groups):
+        direct = direct_block(groups, cin // groups, cout // groups) if nd == 2 else None
+        if direct is not None:
+            return _direct_grouped(xq, wq, p, s, d, out, groups, direct, scale, out_dtype)
         blk = group_block(groups, cin // groups, cout // groups, k, tuple(s))
         return _implicit_grouped(xq, wq, p, s, d, out, groups, blk, scale, out_dtype)
     # the input gradient's TapMajor weight: its operand read through a table of rows where the implicit
@@ -456,6 +459,71 @@ def _implicit_grouped(xq, wq, p, s, d, out, groups: int, blk: int, scale, out_dt
         native.gemm_tables(rows, cb, ntap * ca, xp[:, g0 * a :], (0, table_rows, 1), (0, taps, ca), wbd[j:],
                            (cb, None, 1), (1, None, 1), ymat[:, g0 * b :], cout, scale,
                            batch=(count, ca, wbd[0].numel(), cb))  # fmt: skip
+    return y
+
+
+def direct_block(groups: int, a: int, b: int) -> int | None:
+    """Groups per block of the direct VNNI kernel (routes.grouped_vnni): the fewest whose outputs fill a
+    vector of 16 (16 // b of them; one group of 16 to 32 outputs), where their input channels are whole
+    4-byte quads (VPDPBUSD's k step) and their outputs at most two vectors; None where it does not run or no
+    block fits."""
+    if not routes.grouped_vnni():
+        return None
+    blk = min(groups, max(1, 16 // b))
+    return blk if blk * a % 4 == 0 and blk * b <= 32 else None
+
+
+def flipped_padded(xq: torch.Tensor, p) -> torch.Tensor:
+    """The 2-D map xq zero-padded by p, channels-last, every code stored as the unsigned byte code + 128 (its
+    bits XOR 0x80) and the border as 128 (the code 0): the direct VNNI kernel's unsigned operand. One native
+    pass, as pad_zero's."""
+    xq = as_cl(xq)
+    n, c, h, w = xq.shape
+    if not (cl_row_stride(xq) == c and xq.stride(0) == h * w * c):
+        xq = xq.contiguous(memory_format=torch.channels_last)
+    xf = empty_cl((n, c, h + 2 * p[0], w + 2 * p[1]), torch.int8)
+    runtime.library().rq_pad_cl_flipped(xq.data_ptr(), xf.data_ptr(), n, h, w, c, p[0], p[1])
+    return xf
+
+
+@functools.lru_cache(maxsize=64)
+def _weight_taps(strides, taps) -> torch.Tensor:
+    flat = torch.zeros(1, dtype=torch.int64)
+    for stride, t in zip(strides, taps, strict=True):
+        flat = (flat[..., None] + torch.tensor(t, dtype=torch.int64) * stride).flatten()
+    return flat
+
+
+def weight_tap_table(wq: torch.Tensor, taps=None) -> torch.Tensor:
+    """Offsets (elements) of a weight's taps in its own strides: every tap in order, or `taps[i]` along
+    spatial dimension i in that order (an input gradient's phase, reversed). Cached."""
+    taps = tuple(tuple(range(kk)) for kk in wq.shape[2:]) if taps is None else tuple(map(tuple, taps))
+    return _weight_taps(tuple(wq.stride()[2:]), taps)
+
+
+@functools.lru_cache(maxsize=64)
+def block_starts_tensor(groups: int, blk: int) -> torch.Tensor:
+    """block_starts as the int64 tensor the direct kernel reads."""
+    return torch.tensor(block_starts(groups, blk), dtype=torch.int64)
+
+
+def _direct_grouped(xq, wq, p, s, d, out, groups: int, blk: int, scale, out_dtype) -> torch.Tensor:
+    """conv_exact of a grouped 2-D convolution on the direct VNNI kernel (native.grouped_vnni): blocks of
+    `blk` groups (direct_block), each pixel's codes read from the flipped padded input, the weight read where
+    it lies."""
+    n, cin = xq.shape[:2]
+    cout, k = wq.shape[0], tuple(wq.shape[2:])
+    a, b = cin // groups, cout // groups
+    xf = flipped_padded(xq, p)
+    rows, taps = implicit_columns(xf, k, s, d, out)
+    dtype = torch.int32 if scale is None or out_dtype != torch.bfloat16 else out_dtype
+    y = empty_cl((n, cout, *out), dtype)
+    y = native.as_float_view(y) if scale is not None and dtype == torch.int32 else y
+    ymat = y.movedim(1, -1).view(-1, cout)
+    so, si = wq.stride()[:2]
+    phase = (xf, rows, taps, weight_tap_table(wq), None)
+    starts = block_starts_tensor(groups, blk)
+    native.grouped_vnni([phase], a, b, blk, starts, wq, (b * so, si, so), ymat, cout, scale)
     return y
 
 

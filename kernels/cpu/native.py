@@ -113,6 +113,28 @@ def gemm_tables(m, n, k, a, a_m, a_k, b, b_k, b_n, out, ldc, scale=None, scale_a
                                 _bf16_flag(out), count, *steps, rows_ptr)  # fmt: skip
 
 
+def grouped_vnni(phases, a, b, blk, starts, w, w_steps, out, ldc, scale=None) -> None:
+    """rq_grouped_vnni (kernels/cpu/csrc/grouped.cpp): a grouped product on AVX-512 VNNI in blocks of `blk`
+    groups of `a` input and `b` output channels from the groups `starts` (int64), into ``out`` (int32, or
+    float32 or bfloat16 with one `scale`, as ``gemm_tables`` writes it), in one or more phases (an input
+    gradient's), each ``(xf, rows, taps, w_taps, c_rows)``: the padded input as codes + 128 (`xf`, im2col.
+    flipped_padded) read through the implicit tables `rows` and `taps`, the weight element (group g, tap t,
+    input i, output o) at w's data + g * w_steps[0] + i * w_steps[1] + o * w_steps[2] + w_taps[t], and C's
+    rows at ``c_rows`` elements (None: ``ldc`` apart)."""
+    scale = _scale_arg(scale)
+    table = torch.tensor(
+        [[xf.data_ptr(), rows.data_ptr(), rows.numel(), taps.data_ptr(), taps.numel(), w_taps.data_ptr(),
+          0 if c_rows is None else c_rows.data_ptr()] for xf, rows, taps, w_taps, c_rows in phases],
+        dtype=torch.int64,
+    )  # fmt: skip
+    err = library().rq_grouped_vnni(
+        table.data_ptr(), len(phases), a, b, blk, starts.data_ptr(), starts.numel(), w.data_ptr(), *w_steps,
+        out.data_ptr(), ldc, None if scale is None else scale.data_ptr(), -1, _bf16_flag(out),
+    )  # fmt: skip
+    if err:
+        raise RuntimeError("rq_grouped_vnni: this native library has no AVX-512 VNNI")
+
+
 def _channels_last_2d(t: torch.Tensor) -> torch.Tensor:
     return (
         t

@@ -490,6 +490,10 @@ def conv_input_grad(
             return _as_dtype(dx, out_scale, out_dtype)
     a, b = cin // groups, cout // groups
     grouped = routes.native_grouped_conv(cin, cout, groups)
+    direct = im2col.direct_block(groups, b, a) if grouped and nd == 2 else None  # (g's b channels a group in)
+    if direct is not None:
+        return _direct_grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, direct, out_scale,
+                                          out_dtype)  # fmt: skip
     blk = im2col.group_block(groups, a, b, tuple(k), tuple(s)) if grouped else None  # (the forward pass's)
     if blk is not None and im2col.table_run_ok(blk * b):
         return _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, out_scale, out_dtype)
@@ -604,6 +608,49 @@ def _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, scale
             native.gemm_tables(rows.numel(), ca, ksize, gp[:, g0 * b :], (0, rows, 1), (0, g_taps, cb),
                                wbd[j:], b_k, (cb, None, 1), dst[:, g0 * a :], cin, scale, batch=batch,
                                c_rows=c_rows)  # fmt: skip
+    return dx
+
+
+def _direct_grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, scale, out_dtype):
+    """conv_input_grad of a grouped 2-D convolution on the direct VNNI kernel (im2col.direct_block: blocks of
+    `blk` groups of g's channels), all input phases (_phases) in one call: each reads the flipped padded g
+    (im2col.flipped_padded, padded once by the largest padding, each phase from its corner) and the weight
+    where it lies, transposed and its taps reversed through the phase's tap table; a phase that is not the
+    whole of dx is written straight into its positions (im2col.window_tables)."""
+    nd, cin, cout = len(s), input_shape[1], wq.shape[0]
+    a, b = cin // groups, cout // groups
+    plans = [list(_phases(input_shape[2 + i], out[i], k[i], s[i], p[i], d[i])) for i in range(nd)]
+    pad_to = _largest_padding(plans)
+    gf = im2col.flipped_padded(as_cl(gq), pad_to)
+    dx = _new_output(input_shape, scale, out_dtype)
+    if any(plan is None for dim in plans for _, _, plan in dim):
+        dx.zero_()  # positions no tap reaches stay 0
+    phases = []
+    for combo in itertools.product(*plans):
+        if any(plan is None for _, _, plan in combo):
+            continue
+        taps = tuple(tuple(plan[0]) for _, _, plan in combo)
+        dil = tuple(plan[1] for _, _, plan in combo)
+        pad = tuple(plan[2] for _, _, plan in combo)
+        sub = tuple(len(t) for t in taps)
+        gp = gf[(slice(None), slice(None), *(slice(m - q, None) for q, m in zip(pad, pad_to, strict=True)))]
+        phase_out = tuple(gq.shape[2 + i] + 2 * pad[i] - dil[i] * (sub[i] - 1) for i in range(nd))
+        w_taps = im2col.weight_tap_table(wq, taps)
+        if all(si == 1 for si in s) and phase_out == input_shape[2:]:  # one phase, the whole of dx, in order
+            rows, g_taps = im2col.implicit_columns(gp, sub, (1,) * nd, dil, phase_out)
+            phases.append((gp, rows, g_taps, w_taps, None))
+            continue
+        dst = dx[
+            (slice(None), slice(None)) + tuple(slice(phi, None, s[i]) for i, (phi, _, _) in enumerate(combo))
+        ]
+        crop = tuple((plan[3], plan[3] + n_phi) for _, n_phi, plan in combo)
+        rows, g_taps, c_rows = im2col.window_tables(gp, sub, (1,) * nd, dil, phase_out, crop, dst)
+        # (c_rows are offsets from dst's first element: made offsets from dx's, the kernel's C)
+        c_rows = c_rows + (dst.data_ptr() - dx.data_ptr()) // dx.element_size()
+        phases.append((gp, rows, g_taps, w_taps, c_rows))
+    so, si = wq.stride()[:2]  # element (g, t, o, c): w[g * b + o, c]
+    native.grouped_vnni(phases, b, a, blk, im2col.block_starts_tensor(groups, blk), wq, (b * so, so, si),
+                        dx.movedim(1, -1).view(-1, cin), cin, scale)  # fmt: skip
     return dx
 
 

@@ -83,6 +83,19 @@ def tiles_are_amx() -> bool:
     return lib is not None and lib.rq_tiles_amx() == 1
 
 
+def grouped_vnni() -> bool:
+    """Whether grouped 2-D convolutions' forward passes and input gradients run on the direct VNNI kernel
+    (kernels/cpu/csrc/grouped.cpp: no block-diagonal operand, no packed A): where the tile GEMM runs on
+    AVX-512 VNNI (native_tiles, not AMX, whose tiles multiply a block's zeros for little) and
+    ``GROUPED_VNNI`` allows it (tests and comparisons turn it off)."""
+    lib = native_library()
+    return GROUPED_VNNI and native_tiles() and not tiles_are_amx() and lib.rq_grouped_vnni_usable() == 1
+
+
+# the direct grouped kernel where it runs (grouped_vnni); False: the tile GEMM's blocks everywhere
+GROUPED_VNNI = True
+
+
 def batch_chunk(n: int, bytes_per_image: int, budget: int) -> int:
     """Images per chunk so that a chunk's temporary has about ``budget`` bytes (at least one image)."""
     if CHUNK_IMAGES is not None:

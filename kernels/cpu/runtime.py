@@ -32,8 +32,9 @@ SOURCES = (
     "float_format.cpp",
     "norm.cpp",
     "pad.cpp",
+    "grouped.cpp",
 )
-HEADERS = ("philox.h", "codes.h", "moments.h", "bf16.h", "gemm_operand.h", "gemm_amx.h")
+HEADERS = ("philox.h", "codes.h", "moments.h", "bf16.h", "gemm_operand.h", "gemm_amx.h", "store16.h")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 
 
@@ -117,6 +118,13 @@ def library() -> ctypes.CDLL | None:
     lib.rq_gemm_s8_tables.restype = None
     lib.rq_pad_cl.argtypes = (ptr, ptr) + (i64,) * 6
     lib.rq_pad_cl.restype = None
+    lib.rq_pad_cl_flipped.argtypes = (ptr, ptr) + (i64,) * 6
+    lib.rq_pad_cl_flipped.restype = None
+    # phases (7 int64 each), their count, a, b, blk, starts, blocks, w, its 3 steps, C, ldc, scale, axis, bf16
+    lib.rq_grouped_vnni.argtypes = (ptr, *(i64,) * 4, ptr, i64, ptr, *(i64,) * 3, ptr, i64, ptr, i32, i32)
+    lib.rq_grouped_vnni.restype = i32
+    lib.rq_grouped_vnni_usable.argtypes = ()
+    lib.rq_grouped_vnni_usable.restype = i32
     lib.rq_allow_amx.argtypes = (i32,)
     lib.rq_allow_amx.restype = i32
     lib.rq_tiles_amx.argtypes = ()

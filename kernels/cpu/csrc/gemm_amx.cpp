@@ -48,6 +48,7 @@
 #include <immintrin.h>
 
 #include "bf16.h"
+#include "store16.h"
 #endif
 #ifdef RQ_AMX
 #include <sys/syscall.h>
@@ -371,23 +372,6 @@ inline void kernel([[maybe_unused]] bool amx, const TileRef* a, const int8_t* b,
     else
         kernel_vnni<1>(a, b, kt, acc, add, comp, rows, quads);
 #endif
-}
-
-// 16 results of one row: int32, or float32 v * scale (the epilogue's arithmetic), or that rounded to bfloat16;
-// `scale` from the first of the 16
-inline void store16(__m512i v, __mmask16 m, void* c, int64_t at, OutScale scale, bool bf16) {
-    if (!scale) {
-        _mm512_mask_storeu_epi32(static_cast<int32_t*>(c) + at, m, v);
-        return;
-    }
-    const __m512 s = scale.axis == 1 ? _mm512_maskz_loadu_ps(m, scale.v) : _mm512_set1_ps(*scale.v);
-    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
-    if (!bf16) {
-        _mm512_mask_storeu_ps(static_cast<float*>(c) + at, m, f);
-        return;
-    }
-    const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(round_bf16x16(f)), 16);
-    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(c) + at, m, _mm512_cvtepi32_epi16(bits));
 }
 
 void write_block(const int32_t* acc, int rows, int cols, void* c, OutRows out, int64_t m0, int64_t n0,
