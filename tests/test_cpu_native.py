@@ -946,8 +946,10 @@ def test_grouped_products_on_the_direct_vnni_kernel_are_exact(
         g = _cl(torch.randint(-127, 128, y.shape, generator=gen, dtype=torch.int8))
         g[0] = -127
         dx = reference.conv_input_grad(g.contiguous(), w.contiguous(), x.shape, *geo)
-        assert torch.equal(cpu.conv_forward(x, w, *geo), y)
-        assert torch.equal(cpu.conv_input_grad(g, w, x.shape, *geo), dx)
+        # the layers' channels-last weight (packed a quad or 16 outputs a load), and one laid out as torch's
+        for wl in (w, w.contiguous()):
+            assert torch.equal(cpu.conv_forward(x, wl, *geo), y)
+            assert torch.equal(cpu.conv_input_grad(g, wl, x.shape, *geo), dx)
         scale = torch.tensor(3.0e-5)
         for out_dtype in (torch.float32, torch.bfloat16):
             got = cpu.conv_forward(x, w, *geo, out_scale=scale, out_dtype=out_dtype)

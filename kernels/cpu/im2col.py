@@ -494,11 +494,24 @@ def _weight_taps(strides, taps) -> torch.Tensor:
     return flat
 
 
-def weight_tap_table(wq: torch.Tensor, taps=None) -> torch.Tensor:
-    """Offsets (elements) of a weight's taps in its own strides: every tap in order, or `taps[i]` along
-    spatial dimension i in that order (an input gradient's phase, reversed). Cached."""
-    taps = tuple(tuple(range(kk)) for kk in wq.shape[2:]) if taps is None else tuple(map(tuple, taps))
-    return _weight_taps(tuple(wq.stride()[2:]), taps)
+def weight_tap_table(w: torch.Tensor, taps=None) -> torch.Tensor:
+    """Offsets (elements) of a weight's taps (its dimensions from the third) in its own strides: every tap in
+    order, or `taps[i]` along spatial dimension i in that order (an input gradient's phase, reversed).
+    Cached."""
+    taps = tuple(tuple(range(kk)) for kk in w.shape[2:]) if taps is None else tuple(map(tuple, taps))
+    return _weight_taps(tuple(w.stride()[2:]), taps)
+
+
+def direct_weight(wq: torch.Tensor, groups: int, transposed: bool) -> tuple[torch.Tensor, tuple]:
+    """The direct kernel's weight: a view (groups, out, in, *k) of the pass's product (the forward pass: the
+    weight's output and input channels; the input gradient, `transposed`: the forward pass's input channels
+    out, its output channels in), and its steps (group, input, output) for native.grouped_vnni. No copy: the
+    kernel packs a channels-last weight (the layers' codes) a quad or 16 outputs a load, any other layout
+    byte by byte."""
+    cout, a, *k = wq.shape
+    w = wq.view(groups, cout // groups, a, *k)
+    w = w.transpose(1, 2) if transposed else w
+    return w, (w.stride(0), w.stride(2), w.stride(1))
 
 
 @functools.lru_cache(maxsize=64)
@@ -520,10 +533,9 @@ def _direct_grouped(xq, wq, p, s, d, out, groups: int, blk: int, scale, out_dtyp
     y = empty_cl((n, cout, *out), dtype)
     y = native.as_float_view(y) if scale is not None and dtype == torch.int32 else y
     ymat = y.movedim(1, -1).view(-1, cout)
-    so, si = wq.stride()[:2]
-    phase = (xf, rows, taps, weight_tap_table(wq), None)
-    starts = block_starts_tensor(groups, blk)
-    native.grouped_vnni([phase], a, b, blk, starts, wq, (b * so, si, so), ymat, cout, scale)
+    w, steps = direct_weight(wq, groups, transposed=False)
+    phase = (xf, rows, taps, weight_tap_table(w[0]), None)
+    native.grouped_vnni([phase], a, b, blk, block_starts_tensor(groups, blk), w, steps, ymat, cout, scale)
     return y
 
 

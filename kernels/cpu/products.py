@@ -622,6 +622,7 @@ def _direct_grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk
     plans = [list(_phases(input_shape[2 + i], out[i], k[i], s[i], p[i], d[i])) for i in range(nd)]
     pad_to = _largest_padding(plans)
     gf = im2col.flipped_padded(as_cl(gq), pad_to)
+    w, steps = im2col.direct_weight(wq, groups, transposed=True)
     dx = _new_output(input_shape, scale, out_dtype)
     if any(plan is None for dim in plans for _, _, plan in dim):
         dx.zero_()  # positions no tap reaches stay 0
@@ -635,7 +636,7 @@ def _direct_grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk
         sub = tuple(len(t) for t in taps)
         gp = gf[(slice(None), slice(None), *(slice(m - q, None) for q, m in zip(pad, pad_to, strict=True)))]
         phase_out = tuple(gq.shape[2 + i] + 2 * pad[i] - dil[i] * (sub[i] - 1) for i in range(nd))
-        w_taps = im2col.weight_tap_table(wq, taps)
+        w_taps = im2col.weight_tap_table(w[0], taps)
         if all(si == 1 for si in s) and phase_out == input_shape[2:]:  # one phase, the whole of dx, in order
             rows, g_taps = im2col.implicit_columns(gp, sub, (1,) * nd, dil, phase_out)
             phases.append((gp, rows, g_taps, w_taps, None))
@@ -648,8 +649,7 @@ def _direct_grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk
         # (c_rows are offsets from dst's first element: made offsets from dx's, the kernel's C)
         c_rows = c_rows + (dst.data_ptr() - dx.data_ptr()) // dx.element_size()
         phases.append((gp, rows, g_taps, w_taps, c_rows))
-    so, si = wq.stride()[:2]  # element (g, t, o, c): w[g * b + o, c]
-    native.grouped_vnni(phases, b, a, blk, im2col.block_starts_tensor(groups, blk), wq, (b * so, so, si),
+    native.grouped_vnni(phases, b, a, blk, im2col.block_starts_tensor(groups, blk), w, steps,
                         dx.movedim(1, -1).view(-1, cin), cin, scale)  # fmt: skip
     return dx
 

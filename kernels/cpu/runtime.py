@@ -34,7 +34,16 @@ SOURCES = (
     "pad.cpp",
     "grouped.cpp",
 )
-HEADERS = ("philox.h", "codes.h", "moments.h", "bf16.h", "gemm_operand.h", "gemm_amx.h", "store16.h")
+HEADERS = (
+    "philox.h",
+    "codes.h",
+    "moments.h",
+    "bf16.h",
+    "gemm_operand.h",
+    "gemm_amx.h",
+    "store16.h",
+    "vnni_rows.h",
+)
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 
 

@@ -49,6 +49,7 @@
 
 #include "bf16.h"
 #include "store16.h"
+#include "vnni_rows.h"
 #endif
 #ifdef RQ_AMX
 #include <sys/syscall.h>
@@ -132,16 +133,6 @@ void transpose16(__m512i r[16]) {
         r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
         r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
     }
-}
-
-// four k (16 consecutive indices each) -> one VNNI row: index n's four bytes in dword n
-__m512i interleave4(__m128i c0, __m128i c1, __m128i c2, __m128i c3) {
-    const __m128i a = _mm_unpacklo_epi8(c0, c1), b = _mm_unpackhi_epi8(c0, c1);
-    const __m128i c = _mm_unpacklo_epi8(c2, c3), d = _mm_unpackhi_epi8(c2, c3);
-    __m512i v = _mm512_castsi128_si512(_mm_unpacklo_epi16(a, c));
-    v = _mm512_inserti32x4(v, _mm_unpackhi_epi16(a, c), 1);
-    v = _mm512_inserti32x4(v, _mm_unpacklo_epi16(b, d), 2);
-    return _mm512_inserti32x4(v, _mm_unpackhi_epi16(b, d), 3);
 }
 
 // One tile of x: indices [i0, i0 + ni), k [k0, k0 + nk) (ni <= 16, nk <= 64), zeros elsewhere; an A tile (row i:

@@ -25,6 +25,7 @@
 #include <immintrin.h>
 
 #include "store16.h"
+#include "vnni_rows.h"
 #endif
 
 namespace {
@@ -65,28 +66,53 @@ int64_t packed_bytes(const Grouped& g, const Phase& ph) { return ph.T * g.quads(
 
 // block j's weight for the phase's taps as VNNI rows [tap][quad][vector] (lane o's four k in dword o, zeros
 // between the groups and past the block's outputs) and -128 times each output's sum of those weights (the start
-// of its sums)
+// of its sums). Read as the weight lies (im2col.direct_weight): a block of one group whose outputs are
+// contiguous (wo 1: an input gradient's channels-last weight) 16 outputs a load, four loads a VNNI row; inputs
+// contiguous (wi 1: a forward pass's channels-last weight) a quad a dword; else byte by byte
 void pack_block(const Grouped& g, const Phase& ph, int64_t j, int8_t* dst, int32_t* bias) {
-    const int64_t row = g.quads() * g.vectors() * 64;  // one tap's bytes
+    const int64_t row = g.quads() * g.vectors() * 64, quad = g.vectors() * 64;  // one tap's bytes, one quad's
     std::memset(dst, 0, (size_t)packed_bytes(g, ph));
     int32_t sums[32] = {};
-    for (int64_t gi = 0; gi < g.blk; ++gi) {  // only the diagonal's weights: group gi's b outputs, its a inputs
-        const int8_t* wg = g.w + (g.starts[j] + gi) * g.wg;
-        for (int64_t ol = 0; ol < g.b; ++ol) {
-            const int64_t o = gi * g.b + ol;
-            int8_t* col = dst + (o / 16) * 64 + 4 * (o % 16);
-            int32_t sum = 0;
-            for (int64_t ii = 0; ii < g.a; ++ii) {
-                const int64_t i = gi * g.a + ii;
-                const int8_t* src = wg + ii * g.wi + ol * g.wo;
-                int8_t* d = col + (i / 4) * g.vectors() * 64 + i % 4;
-                for (int64_t t = 0; t < ph.T; ++t) {
-                    const int8_t val = src[ph.wt[t]];
-                    d[t * row] = val;
-                    sum += val;
+    if (g.wo == 1 && g.blk == 1 && g.a % 4 == 0) {
+        const int8_t* wg = g.w + g.starts[j] * g.wg;
+        for (int v = 0; v < g.vectors(); ++v) {
+            const int n = (int)std::min<int64_t>(16, g.b - 16 * v);
+            const __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+            __m512i sum = _mm512_setzero_si512();
+            for (int64_t t = 0; t < ph.T; ++t)
+                for (int64_t q = 0; q < g.a / 4; ++q) {
+                    __m128i c[4];
+                    for (int e = 0; e < 4; ++e) {
+                        c[e] = _mm_maskz_loadu_epi8(m, wg + (4 * q + e) * g.wi + 16 * v + ph.wt[t]);
+                        sum = _mm512_add_epi32(sum, _mm512_cvtepi8_epi32(c[e]));
+                    }
+                    _mm512_store_si512(dst + t * row + q * quad + 64 * v, rq::interleave4(c[0], c[1], c[2], c[3]));
                 }
+            _mm512_storeu_si512(sums + 16 * v, sum);
+        }
+    } else {
+        for (int64_t gi = 0; gi < g.blk; ++gi) {  // only the diagonal's weights: group gi's b outputs, a inputs
+            const int8_t* wg = g.w + (g.starts[j] + gi) * g.wg;
+            for (int64_t ol = 0; ol < g.b; ++ol) {
+                const int64_t o = gi * g.b + ol, i0 = gi * g.a;
+                int8_t* col = dst + (o / 16) * 64 + 4 * (o % 16);
+                int32_t sum = 0;
+                for (int64_t t = 0; t < ph.T; ++t) {
+                    const int8_t* src = wg + ol * g.wo + ph.wt[t];
+                    int8_t* d = col + t * row;
+                    if (g.wi == 1 && g.a % 4 == 0) {  // (i0 then a multiple of 4: whole quads)
+                        for (int64_t q = 0; q < g.a / 4; ++q) std::memcpy(d + (i0 / 4 + q) * quad, src + 4 * q, 4);
+                        for (int64_t ii = 0; ii < g.a; ++ii) sum += src[ii];
+                    } else {
+                        for (int64_t ii = 0; ii < g.a; ++ii) {
+                            const int8_t val = src[ii * g.wi];
+                            d[(i0 + ii) / 4 * quad + (i0 + ii) % 4] = val;
+                            sum += val;
+                        }
+                    }
+                }
+                sums[o] = sum;
             }
-            sums[o] = sum;
         }
     }
     for (int o = 0; o < 32; ++o) bias[o] = (int32_t)((uint32_t)sums[o] * (uint32_t)(-128));
