@@ -404,6 +404,18 @@ def _phases(length: int, out: int, k: int, s: int, p: int, d: int):
         yield phi, n_phi, (taps[::-1], dd, pad, pad - pl)
 
 
+def _reached_phases(plans):
+    """The input phases of _phases' per-dimension plans that some tap reaches: (combo, taps, dilation,
+    padding, sub-kernel size), each per dimension, for a grouped input gradient's calls."""
+    for combo in itertools.product(*plans):
+        if any(plan is None for _, _, plan in combo):
+            continue
+        taps = tuple(tuple(plan[0]) for _, _, plan in combo)
+        dil = tuple(plan[1] for _, _, plan in combo)
+        pad = tuple(plan[2] for _, _, plan in combo)
+        yield combo, taps, dil, pad, tuple(len(t) for t in taps)
+
+
 def _largest_padding(plans) -> tuple[int, ...]:
     """Per dimension, the largest padding of g any phase of _phases' plans needs: the phases pad g once, by
     this much, and read their corners of it (im2col.padded_from)."""
@@ -568,13 +580,7 @@ def _grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk, scale
     dx = None
     if any(plan is None for dim in plans for _, _, plan in dim):
         dx = _new_output(input_shape, scale, out_dtype).zero_()  # positions no tap reaches stay 0
-    for combo in itertools.product(*plans):
-        if any(plan is None for _, _, plan in combo):
-            continue
-        taps = tuple(tuple(plan[0]) for _, _, plan in combo)
-        dil = tuple(plan[1] for _, _, plan in combo)
-        pad = tuple(plan[2] for _, _, plan in combo)
-        sub = tuple(len(t) for t in taps)
+    for combo, taps, dil, pad, sub in _reached_phases(plans):
         gp = im2col.padded_from(as_cl(gq), pad, pad_to)
         phase_out = tuple(gq.shape[2 + i] + 2 * pad[i] - dil[i] * (sub[i] - 1) for i in range(nd))
         # B (taps * cb, ca): element ((j, i, o), (i', c)) at wbd's row (t_j, i', c), column (i, o)
@@ -627,13 +633,7 @@ def _direct_grouped_input_grad(gq, wq, input_shape, s, p, d, k, out, groups, blk
     if any(plan is None for dim in plans for _, _, plan in dim):
         dx.zero_()  # positions no tap reaches stay 0
     phases = []
-    for combo in itertools.product(*plans):
-        if any(plan is None for _, _, plan in combo):
-            continue
-        taps = tuple(tuple(plan[0]) for _, _, plan in combo)
-        dil = tuple(plan[1] for _, _, plan in combo)
-        pad = tuple(plan[2] for _, _, plan in combo)
-        sub = tuple(len(t) for t in taps)
+    for combo, taps, dil, pad, sub in _reached_phases(plans):
         gp = gf[(slice(None), slice(None), *(slice(m - q, None) for q, m in zip(pad, pad_to, strict=True)))]
         phase_out = tuple(gq.shape[2 + i] + 2 * pad[i] - dil[i] * (sub[i] - 1) for i in range(nd))
         w_taps = im2col.weight_tap_table(w[0], taps)
