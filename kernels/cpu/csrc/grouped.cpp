@@ -45,7 +45,11 @@ struct Grouped {
     int64_t ldc;
     rq::OutScale scale;
     bool bf16;
-    int64_t quads() const { return blk * a / 4; }
+    // a block of several groups of 16 input channels in all and one vector of outputs (RegNetY's 8 + 8,
+    // ResNeXt's 4 x 4) multiplies no zeros: per tap its 16 bytes are loaded once and each quad step gives every
+    // lane its own group's quad (tile8_lanes), so a tap takes a / 4 steps, not the block's 4
+    bool lanes() const { return blk > 1 && blk * a == 16 && blk * b <= 16 && a % 4 == 0; }
+    int64_t quads() const { return lanes() ? a / 4 : blk * a / 4; }
     int vectors() const { return blk * b > 16 ? 2 : 1; }
 };
 
@@ -73,7 +77,19 @@ void pack_block(const Grouped& g, const Phase& ph, int64_t j, int8_t* dst, int32
     const int64_t row = g.quads() * g.vectors() * 64, quad = g.vectors() * 64;  // one tap's bytes, one quad's
     std::memset(dst, 0, (size_t)packed_bytes(g, ph));
     int32_t sums[32] = {};
-    if (g.wo == 1 && g.blk == 1 && g.a % 4 == 0) {
+    if (g.lanes()) {  // VNNI row (t, q): lane o its group's inputs 4q .. 4q + 3
+        for (int64_t o = 0; o < g.blk * g.b; ++o) {
+            const int8_t* src = g.w + (g.starts[j] + o / g.b) * g.wg + (o % g.b) * g.wo;
+            int32_t sum = 0;
+            for (int64_t t = 0; t < ph.T; ++t)
+                for (int64_t i = 0; i < g.a; ++i) {
+                    const int8_t val = src[i * g.wi + ph.wt[t]];
+                    dst[t * row + (i / 4) * 64 + 4 * o + i % 4] = val;
+                    sum += val;
+                }
+            sums[o] = sum;
+        }
+    } else if (g.wo == 1 && g.blk == 1 && g.a % 4 == 0) {
         const int8_t* wg = g.w + g.starts[j] * g.wg;
         for (int v = 0; v < g.vectors(); ++v) {
             const int n = (int)std::min<int64_t>(16, g.b - 16 * v);
@@ -118,6 +134,11 @@ void pack_block(const Grouped& g, const Phase& ph, int64_t j, int8_t* dst, int32
     for (int o = 0; o < 32; ++o) bias[o] = (int32_t)((uint32_t)sums[o] * (uint32_t)(-128));
 }
 
+// block j's first output the block before it has not written (an overlapping last block: block_starts)
+int64_t first_new_output(const Grouped& g, int64_t j) {
+    return j > 0 ? std::max<int64_t>(0, (g.starts[j - 1] + g.blk - g.starts[j]) * g.b) : 0;
+}
+
 // rows [m0, m0 + count) (count <= 8) of block j: 8 rows x NV vectors of 16 outputs in registers; QC the quads
 // a tap where known when compiled (the loop over them unrolled), else 0
 template <int NV, int QC>
@@ -146,7 +167,7 @@ void tile8(const Grouped& g, const Phase& ph, int64_t j, int64_t m0, int count, 
         }
     }
     // outputs of groups the block before already wrote (an overlapping last block) are not written again
-    const int64_t cb = g.blk * g.b, lo = j > 0 ? std::max<int64_t>(0, (g.starts[j - 1] + g.blk - g.starts[j]) * g.b) : 0;
+    const int64_t cb = g.blk * g.b, lo = first_new_output(g, j);
     const int64_t col0 = g.starts[j] * g.b;
     const rq::OutRows out{g.ldc, ph.c_rows};
     for (int v = 0; v < NV; ++v) {
@@ -160,10 +181,49 @@ void tile8(const Grouped& g, const Phase& ph, int64_t j, int64_t m0, int count, 
     }
 }
 
+// tile8 for a block of several groups in one vector (Grouped::lanes): per pixel and tap the block's 16 input
+// bytes broadcast to every 128-bit lane, and for quad step q each output lane takes its group's quad q (one
+// VPERMD); QG = a / 4 quad steps a tap
+template <int QG>
+void tile8_lanes(const Grouped& g, const Phase& ph, int64_t j, int64_t m0, int count, const int8_t* wp,
+                 const int32_t* bias) {
+    const int64_t ch = g.starts[j] * g.a;
+    const uint8_t* base[8];
+    for (int r = 0; r < 8; ++r) base[r] = ph.x + ph.rows[m0 + (r < count ? r : 0)] + ch;
+    alignas(64) int32_t index[QG][16];
+    for (int q = 0; q < QG; ++q)
+        for (int o = 0; o < 16; ++o) index[q][o] = (int32_t)((o / g.b) * QG + q);
+    __m512i idx[QG];
+    for (int q = 0; q < QG; ++q) idx[q] = _mm512_load_si512(index[q]);
+    __m512i acc[8];
+    const __m512i b0 = _mm512_loadu_si512(bias);
+    for (int r = 0; r < 8; ++r) acc[r] = b0;
+    for (int64_t t = 0; t < ph.T; ++t) {
+        const int64_t tap = ph.taps[t];
+        const int8_t* wt = wp + t * QG * 64;
+        __m512i bv[QG];
+        for (int q = 0; q < QG; ++q) bv[q] = _mm512_load_si512(wt + q * 64);
+        for (int r = 0; r < 8; ++r) {
+            const __m128i row = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base[r] + tap));
+            const __m512i bytes = _mm512_broadcast_i32x4(row);
+            for (int q = 0; q < QG; ++q)
+                acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_permutexvar_epi32(idx[q], bytes), bv[q]);
+        }
+    }
+    const int64_t cb = g.blk * g.b, lo = first_new_output(g, j);
+    const __mmask16 mask = (__mmask16)(((1u << cb) - 1) & ~((1u << lo) - 1));
+    const rq::OutRows out{g.ldc, ph.c_rows};
+    const int64_t col = g.starts[j] * g.b;
+    for (int r = 0; r < count; ++r)
+        rq::store16(acc[r], mask, g.c, out.off(m0 + r) + col, g.scale.from(m0 + r, col), g.bf16);
+}
+
 // tile8 for this product's vectors and quads a tap (4 or 8: 16 or 32 input channels a block, unrolled)
 template <int NV>
 void tile_nv(const Grouped& g, const Phase& ph, int64_t j, int64_t m0, int count, const int8_t* wp,
              const int32_t* bias) {
+    if (NV == 1 && g.lanes()) return g.a == 8 ? tile8_lanes<2>(g, ph, j, m0, count, wp, bias)
+                                              : tile8_lanes<1>(g, ph, j, m0, count, wp, bias);
     switch (g.quads()) {
         case 4: return tile8<NV, 4>(g, ph, j, m0, count, wp, bias);
         case 8: return tile8<NV, 8>(g, ph, j, m0, count, wp, bias);
