@@ -122,13 +122,14 @@ def grouped_vnni(phases, a, b, blk, starts, w, w_steps, out, ldc, scale=None) ->
     input i, output o) at w's data + g * w_steps[0] + i * w_steps[1] + o * w_steps[2] + w_taps[t], and C's
     rows at ``c_rows`` elements (None: ``ldc`` apart)."""
     scale = _scale_arg(scale)
-    table = torch.tensor(
-        [[xf.data_ptr(), rows.data_ptr(), rows.numel(), taps.data_ptr(), taps.numel(), w_taps.data_ptr(),
-          0 if c_rows is None else c_rows.data_ptr()] for xf, rows, taps, w_taps, c_rows in phases],
-        dtype=torch.int64,
-    )  # fmt: skip
+    fields = [
+        (xf.data_ptr(), rows.data_ptr(), rows.numel(), taps.data_ptr(), taps.numel(), w_taps.data_ptr(),
+         0 if c_rows is None else c_rows.data_ptr())
+        for xf, rows, taps, w_taps, c_rows in phases
+    ]  # fmt: skip
+    table = int64_array([v for phase in fields for v in phase])
     err = library().rq_grouped_vnni(
-        table.data_ptr(), len(phases), a, b, blk, starts.data_ptr(), starts.numel(), w.data_ptr(), *w_steps,
+        table, len(phases), a, b, blk, starts.data_ptr(), starts.numel(), w.data_ptr(), *w_steps,
         out.data_ptr(), ldc, None if scale is None else scale.data_ptr(), -1, _bf16_flag(out),
     )  # fmt: skip
     if err:
