@@ -50,7 +50,9 @@ Which torch ops run (timings: ``python -m kernels.bench.layers``):
   group_block``), on the native GEMM's route: all three passes as one batched native GEMM call, each block
   of groups an ungrouped product with a block-diagonal weight, its input read in place through the implicit
   tables (``routes.native_grouped_conv``; oneDNN's grouped int8 convolutions ran at 0.2-0.7x bf16's speed on
-  an Intel AMX Xeon, docs/measurements.md).
+  an Intel AMX Xeon, docs/measurements.md). Where the tile GEMM runs on AVX-512 VNNI (not AMX), 2-D ones'
+  forward passes and input gradients take a direct kernel instead (``routes.grouped_vnni``, kernels/cpu/
+  csrc/grouped.cpp: no block-diagonal zeros, no packed A; ``_direct_grouped_input_grad``).
 * ``linear_*``: ``torch._int_mm``.
 
 Outputs of 32 MB and more (fresh mmap-ed memory on every call) are madvise-d for 2 MB transparent
