@@ -71,9 +71,8 @@ int64_t packed_bytes(const Grouped& g, const Phase& ph) { return ph.T * g.quads(
 
 // block j's weight for the phase's taps as VNNI rows [tap][quad][vector] (lane o's four k in dword o, zeros
 // between the groups and past the block's outputs) and -128 times each output's sum of those weights (the start
-// of its sums). Read as the weight lies (im2col.direct_weight): a block of one group whose outputs are
-// contiguous (wo 1: an input gradient's channels-last weight) 16 outputs a load, four loads a VNNI row, or whose
-// inputs are (wi 1: a forward pass's) one gather of 16 quads a row; else a quad a dword, or byte by byte
+// of its sums). Read as the weight lies (im2col.direct_weight): a block of one group whose outputs or inputs are
+// contiguous (the layers' channels-last weight) a VNNI row at a time; else a quad a dword, or byte by byte
 void pack_block(const Grouped& g, const Phase& ph, int64_t j, int8_t* dst, int32_t* bias) {
     const int64_t row = g.quads() * g.vectors() * 64, quad = g.vectors() * 64;  // one tap's bytes, one quad's
     std::memset(dst, 0, (size_t)packed_bytes(g, ph));
@@ -90,25 +89,10 @@ void pack_block(const Grouped& g, const Phase& ph, int64_t j, int8_t* dst, int32
                 }
             sums[o] = sum;
         }
-    } else if (g.wo == 1 && g.blk == 1 && g.a % 4 == 0) {
-        const int8_t* wg = g.w + g.starts[j] * g.wg;
-        for (int v = 0; v < g.vectors(); ++v) {
-            const int n = (int)std::min<int64_t>(16, g.b - 16 * v);
-            const __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
-            __m512i sum = _mm512_setzero_si512();
-            for (int64_t t = 0; t < ph.T; ++t)
-                for (int64_t q = 0; q < g.a / 4; ++q) {
-                    __m128i c[4];
-                    for (int e = 0; e < 4; ++e) {
-                        c[e] = _mm_maskz_loadu_epi8(m, wg + (4 * q + e) * g.wi + 16 * v + ph.wt[t]);
-                        sum = _mm512_add_epi32(sum, _mm512_cvtepi8_epi32(c[e]));
-                    }
-                    _mm512_store_si512(dst + t * row + q * quad + 64 * v, rq::interleave4(c[0], c[1], c[2], c[3]));
-                }
-            _mm512_storeu_si512(sums + 16 * v, sum);
-        }
-    } else if (g.wi == 1 && g.blk == 1 && g.a % 4 == 0 && 16 * g.wo < (int64_t)1 << 31) {
-        // inputs contiguous (a forward pass's channels-last weight): a VNNI row is one gather of 16 outputs' quads
+    } else if (g.blk == 1 && g.a % 4 == 0 && (g.wo == 1 || (g.wi == 1 && 16 * g.wo < (int64_t)1 << 31))) {
+        // a VNNI row (tap t, quad q) of 16 outputs at a time: outputs contiguous (wo 1: an input gradient's
+        // channels-last weight) by four 16-byte loads interleaved, inputs contiguous (wi 1: a forward pass's) by
+        // one gather of 16 outputs' quads
         const int8_t* wg = g.w + g.starts[j] * g.wg;
         const __m512i lane = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                 _mm512_set1_epi32((int32_t)g.wo));
@@ -118,10 +102,17 @@ void pack_block(const Grouped& g, const Phase& ph, int64_t j, int8_t* dst, int32
             __m512i sum = _mm512_setzero_si512();
             for (int64_t t = 0; t < ph.T; ++t)
                 for (int64_t q = 0; q < g.a / 4; ++q) {
-                    const int8_t* at = wg + 16 * v * g.wo + ph.wt[t] + 4 * q;
-                    const __m512i quads = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, lane, at, 1);
-                    _mm512_store_si512(dst + t * row + q * quad + 64 * v, quads);
-                    sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), quads);  // each lane's four bytes
+                    const int8_t* at = wg + 16 * v * g.wo + ph.wt[t] + 4 * q * g.wi;
+                    __m512i r;
+                    if (g.wo == 1) {
+                        __m128i c[4];
+                        for (int e = 0; e < 4; ++e) c[e] = _mm_maskz_loadu_epi8(m, at + e * g.wi);
+                        r = rq::interleave4(c[0], c[1], c[2], c[3]);
+                    } else {
+                        r = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, lane, at, 1);
+                    }
+                    _mm512_store_si512(dst + t * row + q * quad + 64 * v, r);
+                    sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), r);  // each lane's four bytes
                 }
             _mm512_storeu_si512(sums + 16 * v, sum);
         }
