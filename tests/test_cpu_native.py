@@ -946,7 +946,8 @@ def test_grouped_products_on_the_direct_vnni_kernel_are_exact(
         g = _cl(torch.randint(-127, 128, y.shape, generator=gen, dtype=torch.int8))
         g[0] = -127
         dx = reference.conv_input_grad(g.contiguous(), w.contiguous(), x.shape, *geo)
-        # the layers' channels-last weight (packed a quad or 16 outputs a load), and one laid out as torch's
+        # the layers' channels-last weight (packed a gather or 16 outputs a load a row), and one laid out as
+        # torch's
         for wl in (w, w.contiguous()):
             assert torch.equal(cpu.conv_forward(x, wl, *geo), y)
             assert torch.equal(cpu.conv_input_grad(g, wl, x.shape, *geo), dx)
@@ -956,7 +957,7 @@ def test_grouped_products_on_the_direct_vnni_kernel_are_exact(
             assert torch.equal(got, cpu.dequantize(y.clone(), scale, dtype=out_dtype)), out_dtype
             got = cpu.conv_input_grad(g, w, x.shape, *geo, out_scale=scale, out_dtype=out_dtype)
             assert torch.equal(got, cpu.dequantize(dx.clone(), scale, dtype=out_dtype)), out_dtype
-        assert direct and not tiles
+        assert len(direct) == 8 and not tiles  # every forward pass and input gradient above, one call each
     finally:
         torch.set_num_threads(threads)
         cpu.clear_route_caches()
