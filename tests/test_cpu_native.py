@@ -965,18 +965,24 @@ def test_grouped_products_on_the_direct_vnni_kernel_are_exact(
 
 def test_native_gemm_threads_split_rows_or_columns_exactly(gemm_kernel):
     """Two threads take ranges of rows, or of columns where B is the larger operand (N > M), and leave
-    the same int32 result, scaled or not."""
+    the same int32 result, scaled or not, by one scale or one a row or column. On VNNI the ranges split
+    at 8 rows or 16 columns (300 rows at 152, 97 at 56, 200 columns at 112), not only at 32."""
     gen = torch.Generator().manual_seed(7)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        for m, k, n in ((40, 700, 300), (300, 700, 40), (97, 1500, 97)):
+        for m, k, n in ((40, 700, 300), (40, 700, 200), (300, 700, 40), (97, 1500, 97)):
             a = torch.randint(-127, 128, (m, k), generator=gen, dtype=torch.int8)
             b = torch.randint(-127, 128, (k, n), generator=gen, dtype=torch.int8)
             want = (a.long() @ b.long()).to(torch.int32)
             assert torch.equal(native.gemm(a, b), want)
             scale = torch.tensor([0.03], dtype=torch.float32)
             assert torch.equal(native.gemm(a, b, scale=scale), want.to(torch.float32) * scale)
+            for axis, count in ((0, m), (1, n)):
+                scales = torch.rand(count, generator=gen) + 0.5
+                out = torch.empty(m, n)
+                native.gemm_rows(m, n, k, a, k, 1, b, n, 1, out, n, scales, axis)
+                assert torch.equal(out, want.to(torch.float32) * scales.view((-1, 1) if axis == 0 else (1, -1)))
     finally:
         torch.set_num_threads(threads)
 
