@@ -982,7 +982,8 @@ def test_native_gemm_threads_split_rows_or_columns_exactly(gemm_kernel):
                 scales = torch.rand(count, generator=gen) + 0.5
                 out = torch.empty(m, n)
                 native.gemm_rows(m, n, k, a, k, 1, b, n, 1, out, n, scales, axis)
-                assert torch.equal(out, want.to(torch.float32) * scales.view((-1, 1) if axis == 0 else (1, -1)))
+                along = scales.view((-1, 1) if axis == 0 else (1, -1))
+                assert torch.equal(out, want.to(torch.float32) * along)
     finally:
         torch.set_num_threads(threads)
 
