@@ -24,7 +24,7 @@ from torch import nn
 import kernels
 from kernels.errors import clear_nonfinite
 from repro.methods import LayerQuantizer, Method, build_method
-from repro.norm_act import fuse_norm_activations, unfuse_norm_activations
+from repro.norm_act import ResidualGrad, fuse_norm_activations, unfuse_norm_activations
 from repro.quant import QMAX
 
 QUANTIZABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
@@ -99,9 +99,22 @@ def _weight_grad_scale(codes, sx: torch.Tensor) -> torch.Tensor:
     return codes.gw_scale * (sx / QMAX**2)
 
 
+def input_grad_epilogue(backend, args, scale, dtype, fmt, residual: torch.Tensor | None) -> torch.Tensor:
+    """conv_epilogue of conv_input_grad, plus `residual` (None: nothing) as autograd would add it: in the
+    product where the backend accumulates into a float32 gradient (`accumulating_input_grad`), else after."""
+    if residual is None:
+        return conv_epilogue(backend, "conv_input_grad", args, scale, dtype, fmt)
+    takes = getattr(backend, "accumulating_input_grad", None)
+    if takes is not None and takes(residual, dtype):
+        gx = backend.conv_input_grad(*args, out_scale=scale, accumulate=residual)
+        return gx if fmt is None else gx.contiguous(memory_format=fmt)
+    gx = conv_epilogue(backend, "conv_input_grad", args, scale, dtype, fmt)
+    return residual + gx
+
+
 class _Int8ConvFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, layer, geometry, quantizer: LayerQuantizer):
+    def forward(ctx, x, weight, bias, layer, geometry, quantizer: LayerQuantizer, residual=None):
         backend = kernels.get_backend(x.device)
         xq, sx = quantizer.activation(x)
         wq, sw = quantizer.weight(weight)
@@ -120,6 +133,7 @@ class _Int8ConvFunction(torch.autograd.Function):
             bias is not None,
         )
         ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
+        ctx.residual = residual  # a ResidualGrad (ResNet blocks, repro.norm_act), or None
         return out
 
     @staticmethod
@@ -130,16 +144,17 @@ class _Int8ConvFunction(torch.autograd.Function):
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
             args = (codes.gx, wq, list(ctx.x_shape), *_op_geometry(ctx.geometry))
+            residual = None if ctx.residual is None else ctx.residual.take()
             # in x's layout too: custom ops' backward read their output gradient's memory the same way
-            gx = conv_epilogue(backend, "conv_input_grad", args, codes.gx_scale * sw / QMAX**2, gy.dtype,
-                                ctx.x_format)  # fmt: skip
+            gx = input_grad_epilogue(backend, args, codes.gx_scale * sw / QMAX**2, gy.dtype, ctx.x_format,
+                                     residual)  # fmt: skip
         if ctx.needs_input_grad[1]:
             args = (xq, codes.gw, list(wq.shape), *_op_geometry(ctx.geometry))
             gw = weight_grad_epilogue(backend, args, _weight_grad_scale(codes, sx), ctx.w_dtype,
                                       0 if codes.gw_per_channel else None)  # fmt: skip
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = gy.sum(dim=[d for d in range(gy.dim()) if d != 1])
-        return gx, gw, gb, None, None, None
+        return gx, gw, gb, None, None, None, None
 
 
 class _Int8LinearFunction(torch.autograd.Function):
@@ -234,6 +249,22 @@ class Int8Conv(Int8Layer):
             return self.int8.simulate(x, self.weight, lambda x, w: self._conv_forward(x, w, self.bias))
         return _Int8ConvFunction.apply(
             x, self.weight, self.bias, self, conv_geometry(self), self._quantizer()
+        )
+
+    def takes_residual_grad(self) -> bool:
+        """Whether forward_adding_residual_grad may stand for forward: a real int8 product, and no hooks,
+        which could replace the input or see the input gradient with the shortcut's added."""
+        nn_module = torch.nn.modules.module
+        hooks = (self._forward_pre_hooks, self._forward_hooks, self._backward_hooks, self._backward_pre_hooks)
+        global_hooks = (nn_module._global_forward_pre_hooks, nn_module._global_forward_hooks,
+                        nn_module._global_backward_hooks, nn_module._global_backward_pre_hooks)  # fmt: skip
+        return self.int8.quantizes and not self.int8.simulated and not any(hooks) and not any(global_hooks)
+
+    def forward_adding_residual_grad(self, x, residual: ResidualGrad):
+        """forward(x) whose input gradient is returned plus residual.grad where the backward pass finds one
+        there (takes_residual_grad must hold)."""
+        return _Int8ConvFunction.apply(
+            x, self.weight, self.bias, self, conv_geometry(self), self._quantizer(), residual
         )
 
 

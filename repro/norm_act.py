@@ -65,7 +65,7 @@ class _NormActFunction(torch.autograd.Function):
 
 class _ResidualNormActFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, residual, weight, bias, module, backend):
+    def forward(ctx, x, residual, weight, bias, module, backend, handover=None):
         running, momentum = module.running_stats_for_kernel()
         lo, hi = module.act_bounds
         y, var, saved = backend.norm_act_forward(
@@ -74,7 +74,7 @@ class _ResidualNormActFunction(torch.autograd.Function):
         if running is None:
             module.update_running_stats(saved.mean, var, x.numel() // x.shape[1])
         ctx.save_for_backward(x, weight)  # the activation's mask of y in `saved`, not y (kernels/cpu/norm.py)
-        ctx.norm_saved, ctx.backend = saved, backend
+        ctx.norm_saved, ctx.backend, ctx.handover = saved, backend, handover
         return y
 
     @staticmethod
@@ -83,8 +83,40 @@ class _ResidualNormActFunction(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         gx, gw, gb, gr = ctx.backend.norm_act_residual_backward(gy, x, weight, ctx.norm_saved)
         needs = ctx.needs_input_grad
+        if ctx.handover is not None and needs[1]:
+            ctx.handover.grad, gr = gr, None  # added by the block's first convolution (ResidualGrad)
         grads = gx, gr, gw, gb
-        return (*(g if need else None for g, need in zip(grads, needs, strict=False)), None, None)
+        return (*(g if need else None for g, need in zip(grads, needs, strict=False)), None, None, None)
+
+
+class ResidualGrad:
+    """The gradient that a ResNet block's last BatchNorm gives the identity shortcut (`grad`, put there by its
+    backward pass instead of returned), for the block's first convolution, which has the same input, to add
+    to its input gradient where that product is written (kernels.cpu: conv_input_grad's `accumulate`): one
+    pass over it instead of the product's and then autograd's add of the two gradients. Bit for bit the same
+    sum (float addition is commutative). The fused blocks below hand it over (_shortcut_handover)."""
+
+    __slots__ = ("grad",)
+
+    def __init__(self) -> None:
+        self.grad: torch.Tensor | None = None
+
+    def take(self) -> torch.Tensor | None:
+        grad, self.grad = self.grad, None
+        return grad
+
+
+def _shortcut_handover(block: nn.Module, conv: nn.Module, x: torch.Tensor) -> ResidualGrad | None:
+    """A ResidualGrad for a block whose shortcut is its input x unchanged and whose first convolution `conv`
+    reads x, where conv's input gradient can take the shortcut's (an int8 layer without hooks, repro.layers,
+    on a backend that adds it in the product), else None (autograd adds the two)."""
+    takes = getattr(conv, "takes_residual_grad", None)
+    if not (block.training and x.requires_grad and takes is not None and takes()):
+        return None
+    backend = _fused_backend(x)
+    if backend is None or getattr(backend, "accumulating_input_grad", None) is None:
+        return None
+    return ResidualGrad()
 
 
 class NormActMixin:
@@ -141,7 +173,9 @@ class ResidualBatchNorm2d(NormActMixin, nn.BatchNorm2d):
     def forward(self, x):
         return nn.BatchNorm2d.forward(self, x)
 
-    def add_activate(self, x: torch.Tensor, residual: torch.Tensor, act: nn.Module) -> torch.Tensor:
+    def add_activate(
+        self, x: torch.Tensor, residual: torch.Tensor, act: nn.Module, handover: ResidualGrad | None = None
+    ) -> torch.Tensor:
         backend = _fused_backend(x) if self.training else None
         takes = getattr(backend, "norm_act_residual_supported", None)
         if takes is None or not takes(x, residual):
@@ -150,7 +184,7 @@ class ResidualBatchNorm2d(NormActMixin, nn.BatchNorm2d):
             return act(out)
         if self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
-        return _ResidualNormActFunction.apply(x, residual, self.weight, self.bias, self, backend)
+        return _ResidualNormActFunction.apply(x, residual, self.weight, self.bias, self, backend, handover)
 
 
 class FoldedActivation:
@@ -177,9 +211,11 @@ class FusedBasicBlock(BasicBlock):
     the ReLU after it (a ResidualBatchNorm2d; the shortcut's convolution runs before bn2 instead of after)."""
 
     def forward(self, x):
-        out = self.conv2(self.bn1(self.conv1(x)))
+        handover = None if self.downsample is not None else _shortcut_handover(self, self.conv1, x)
+        out = self.conv1(x) if handover is None else self.conv1.forward_adding_residual_grad(x, handover)
+        out = self.conv2(self.bn1(out))
         identity = x if self.downsample is None else self.downsample(x)
-        return self.bn2.add_activate(out, identity, self.relu)
+        return self.bn2.add_activate(out, identity, self.relu, handover)
 
 
 class FusedBottleneck(Bottleneck):
@@ -187,9 +223,11 @@ class FusedBottleneck(Bottleneck):
     sum and the ReLU after it (a ResidualBatchNorm2d; the shortcut runs before bn3 instead of after)."""
 
     def forward(self, x):
-        out = self.conv3(self.bn2(self.conv2(self.bn1(self.conv1(x)))))
+        handover = None if self.downsample is not None else _shortcut_handover(self, self.conv1, x)
+        out = self.conv1(x) if handover is None else self.conv1.forward_adding_residual_grad(x, handover)
+        out = self.conv3(self.bn2(self.conv2(self.bn1(out))))
         identity = x if self.downsample is None else self.downsample(x)
-        return self.bn3.add_activate(out, identity, self.relu)
+        return self.bn3.add_activate(out, identity, self.relu, handover)
 
 
 class FusedResBottleneckBlock(ResBottleneckBlock):
@@ -198,12 +236,24 @@ class FusedResBottleneckBlock(ResBottleneckBlock):
     before). f's inner BatchNorms apply their ReLUs as every Conv2dNormActivation's do."""
 
     def forward(self, x):
+        layers = list(self.f.children())[:-1]  # a, b and se where there is one; c last (_residual_norm)
+        a = layers[0] if layers else None
+        hooked = a is None or any(
+            (a._forward_pre_hooks, a._forward_hooks, a._backward_hooks, a._backward_pre_hooks)
+        )
+        first = a[0] if isinstance(a, nn.Sequential) and len(a) and not hooked else None  # f.a's convolution
+        handover = None if self.proj is not None or first is None else _shortcut_handover(self, first, x)
         out = x
-        for layer in list(self.f.children())[:-1]:  # a, b and se where there is one; c last (_residual_norm)
-            out = layer(out)
+        for i, layer in enumerate(layers):
+            if i == 0 and handover is not None:  # f.a's convolution, then the rest of f.a
+                out = first.forward_adding_residual_grad(out, handover)
+                for rest in list(layer.children())[1:]:
+                    out = rest(out)
+            else:
+                out = layer(out)
         out = self.f.c[0](out)
         identity = x if self.proj is None else self.proj(x)
-        return self.f.c[1].add_activate(out, identity, self.activation)
+        return self.f.c[1].add_activate(out, identity, self.activation, handover)
 
 
 # a block class: (its fused class, the BatchNorms its ReLU follows, the last one (takes the sum), its ReLU)

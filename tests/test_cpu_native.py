@@ -988,6 +988,56 @@ def test_native_gemm_threads_split_rows_or_columns_exactly(gemm_kernel):
         torch.set_num_threads(threads)
 
 
+def test_native_gemm_adds_its_scaled_product_to_what_c_holds(gemm_kernel):
+    """gemm_rows(add=True): C = C + acc * scale, float32's sum of the two (C's values first, as autograd adds
+    two gradients), by one scale or one a row or column; on one thread and two (their row, column and K
+    ranges: 9,000 k into 40 x 20 is split by K)."""
+    gen = torch.Generator().manual_seed(11)
+    threads = torch.get_num_threads()
+    try:
+        for nt in (1, 2):
+            torch.set_num_threads(nt)
+            for m, k, n in ((37, 70, 53), (300, 700, 40), (40, 9000, 20), (40, 700, 200)):
+                a = torch.randint(-127, 128, (m, k), generator=gen, dtype=torch.int8)
+                b = torch.randint(-127, 128, (k, n), generator=gen, dtype=torch.int8)
+                acc = (a.long() @ b.long()).to(torch.float32)
+                for axis, scale in ((-1, torch.tensor([0.01])), (0, torch.rand(m, generator=gen) + 0.5)):
+                    c = torch.randn(m, n, generator=gen) * 100
+                    out = c.clone()
+                    native.gemm_rows(m, n, k, a, k, 1, b, n, 1, out, n, scale, axis, add=True)
+                    assert torch.equal(out, c + acc * (scale if axis < 0 else scale.view(-1, 1)))
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("kernel, stride", [(1, 1), (3, 1), (1, 2)], ids=["1x1", "3x3", "1x1 s2"])
+def test_input_grad_accumulates_into_a_gradient_as_autograd_adds(kernel, stride):
+    """conv_input_grad(accumulate=r) returns r itself holding r + dx bit for bit: the 1x1 route adds in
+    the product (one GEMM call, no other output), the others add after it."""
+    gen = torch.Generator().manual_seed(5)
+    x_shape = (2, 24, 6, 6)
+    w = torch.randint(-127, 128, (32, 24, kernel, kernel), generator=gen, dtype=torch.int8)
+    out = (6 + 2 * (kernel // 2) - kernel) // stride + 1
+    g = torch.randint(-127, 128, (2, 32, out, out), generator=gen, dtype=torch.int8)
+    g = g.contiguous(memory_format=torch.channels_last)
+    scale, pad = torch.tensor(3e-4), kernel // 2
+    r = torch.randn(x_shape, generator=gen).contiguous(memory_format=torch.channels_last)
+    dx = cpu.conv_input_grad(g, w, x_shape, stride, pad, out_scale=scale)
+    want = r + dx
+    calls = []
+    rows = native.gemm_rows
+    native.gemm_rows = lambda *a, **kw: calls.append(kw.get("add")) or rows(*a, **kw)
+    try:
+        got = cpu.conv_input_grad(g, w, x_shape, stride, pad, out_scale=scale, accumulate=r)
+    finally:
+        native.gemm_rows = rows
+    assert got is r and torch.equal(got, want)
+    if kernel == 1 and stride == 1 and cpu.routes.native_gemm():
+        assert calls == [True]
+    with pytest.raises(ValueError):
+        cpu.conv_input_grad(g, w, x_shape, stride, pad, accumulate=r)  # an int32 product
+
+
 @pytest.mark.parametrize(
     "shape,p", [((2, 3, 5, 4), (1, 2)), ((1, 16, 4, 5, 3), (1, 0, 2)), ((2, 8, 7), (3,))], ids=str
 )

@@ -523,3 +523,44 @@ def test_a_training_step_hands_codes_and_gradient_facts_across_autograd(monkeypa
     kept = [f for f in hits if f is not None]
     assert sum(f.codes is not None for f in kept) >= 1  # forward: y's codes into the next conv
     assert sum(f.channel_max is not None for f in kept) >= 1  # backward: gx's max into the conv before
+
+
+@pytest.mark.parametrize("block", ["basic", "bottleneck", "regnet"])
+def test_the_shortcuts_gradient_added_in_the_first_convolution_is_autograds_sum(block, monkeypatch):
+    """An identity block hands the shortcut's gradient to its first int8 convolution, which adds it to its
+    input gradient (repro.norm_act.ResidualGrad): every gradient bit-equal to autograd adding the two, in
+    a quantized two-block model trained two steps; a hook on that convolution keeps autograd's add."""
+    import repro.norm_act as norm_act
+
+    torch.manual_seed(0)
+    if block == "regnet":
+        blocks = [ResBottleneckBlock(16, 16, 1, nn.BatchNorm2d, nn.ReLU, 8, 1.0, None) for _ in range(2)]
+    else:
+        blocks = [BasicBlock(16, 16) if block == "basic" else Bottleneck(16, 4) for _ in range(2)]
+    base = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), *blocks)
+    base = base.to(memory_format=torch.channels_last)
+    x = torch.randn(4, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    handover = norm_act._shortcut_handover
+    runs = {}
+    for mode in ("autograd", "handover", "hooked"):
+        model = quantize_model(copy.deepcopy(base), "gq", channels_last_out=True)
+        if mode == "hooked":
+            first = model[3].conv1 if block != "regnet" else model[3].f.a[0]
+            first.register_forward_hook(lambda *_: None)
+        taken = []
+        monkeypatch.setattr(
+            norm_act,
+            "_shortcut_handover",
+            lambda *a, mode=mode, taken=taken: (
+                None if mode == "autograd" else taken.append(handover(*a)) or taken[-1]
+            ),
+        )
+        torch.manual_seed(1)
+        for _ in range(2):
+            model.zero_grad()
+            model(x).square().mean().backward()
+        runs[mode] = [p.grad.clone() for p in model.parameters()]
+        kept = sum(t is not None for t in taken)
+        assert kept == {"autograd": 0, "handover": 4, "hooked": 2}[mode]  # blocks x steps that handed over
+    for mode in ("handover", "hooked"):
+        assert all(torch.equal(a, b) for a, b in zip(runs["autograd"], runs[mode], strict=True))

@@ -17,6 +17,7 @@ from .norm import residual_backward as norm_act_residual_backward
 from .norm import residual_supported as norm_act_residual_supported
 from .norm import supported as norm_act_supported
 from .products import (
+    accumulating_input_grad,
     conv_forward,
     conv_input_grad,
     conv_weight_grad,
@@ -31,6 +32,7 @@ from .routes import clear_route_caches, conv_route, torch_int8_fast
 
 __all__ = [
     "absmax",
+    "accumulating_input_grad",
     "absmax_quantize",
     "channel_stats",
     "clear_route_caches",

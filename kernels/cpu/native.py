@@ -78,14 +78,19 @@ def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, scal
     return out
 
 
-def gemm_rows(m, n, k, a, sam, sak, b, sbk, sbn, out, ldc, scale=None, scale_axis=-1) -> None:
+OUT_ADD = 2  # rq_gemm_s8's flag (gemm.cpp): C = C + acc * scale, float32
+
+
+def gemm_rows(m, n, k, a, sam, sak, b, sbk, sbn, out, ldc, scale=None, scale_axis=-1, add=False) -> None:
     """rq_gemm_s8 on tensors whose strides the caller has checked (out: int32, or float32 or bfloat16 with
     `scale`, one value or one per row (scale_axis 0) or column (1) of C): the 1x1 convolutions' products
-    (kernels.cpu.products), one call without gemm's checks and copies."""
+    (kernels.cpu.products), one call without gemm's checks and copies. ``add`` (float32 out with a scale):
+    each element of C becomes C + acc * scale, float32's sum of the value it held and the scaled product."""
     scale = _scale_values(scale, scale_axis, m, n)
     scale_ptr = None if scale is None else scale.data_ptr()
+    flags = _bf16_flag(out) | (OUT_ADD if add else 0)
     library().rq_gemm_s8(m, n, k, a.data_ptr(), sam, sak, b.data_ptr(), sbk, sbn, out.data_ptr(), ldc,
-                         scale_ptr, scale_axis, _bf16_flag(out))  # fmt: skip
+                         scale_ptr, scale_axis, flags)  # fmt: skip
 
 
 def gemm_tables(m, n, k, a, a_m, a_k, b, b_k, b_n, out, ldc, scale=None, scale_axis=-1, batch=None,

@@ -291,18 +291,47 @@ def _rows_out(n, spatial, c, scale, out_dtype=torch.float32) -> tuple[torch.Tens
     return (y if scale is None else native.as_float_view(y)), buf
 
 
-def _pointwise_gemm(aq, wq, scale, *, transposed: bool, out_dtype=torch.float32) -> torch.Tensor | None:
+def _pointwise_gemm(aq, wq, scale, *, transposed: bool, out_dtype=torch.float32, add_to=None):
     """A 1x1 stride-1 product as one GEMM over the rows of channels-last `aq`: the forward pass
-    y[r, o] = sum_c x[r, c] w[o, c]; `transposed`, the input gradient dx[r, c] = sum_o g[r, o] w[o, c]."""
+    y[r, o] = sum_c x[r, c] w[o, c]; `transposed`, the input gradient dx[r, c] = sum_o g[r, o] w[o, c].
+    ``add_to``: a float32 tensor whose channels-last rows are the product's (its row stride m): the scaled
+    product added into it, which is returned. None where the rows are not laid out so."""
     ld = cl_row_stride(aq)
     if ld is None:
         return None
     n, k, *sp = aq.shape
     m = wq.shape[1] if transposed else wq.shape[0]
-    out, buf = _rows_out(n, sp, m, scale, out_dtype)
+    if add_to is not None:
+        if cl_row_stride(add_to) != m:
+            return None
+        out, buf = add_to, add_to
+    else:
+        out, buf = _rows_out(n, sp, m, scale, out_dtype)
     w_strides = (wq.stride(0), wq.stride(1)) if transposed else (wq.stride(1), wq.stride(0))
-    native.gemm_rows(n * math.prod(sp), m, k, aq, ld, 1, wq, *w_strides, buf, m, scale)
+    rows = n * math.prod(sp)
+    native.gemm_rows(rows, m, k, aq, ld, 1, wq, *w_strides, buf, m, scale, add=add_to is not None)
     return out
+
+
+def accumulating_input_grad(acc: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether conv_input_grad takes ``accumulate=acc`` for a `dtype` result (repro.layers): float32 both."""
+    return dtype == torch.float32 and acc.dtype == torch.float32 and acc.device.type == "cpu"
+
+
+def _accumulated_input_grad(gq, wq, input_shape, stride, padding, dilation, groups, scale, out_dtype, acc):
+    """conv_input_grad with `accumulate`: acc + dx in acc's storage (conv_input_grad's docstring)."""
+    if scale is None or out_dtype != torch.float32 or acc.dtype != torch.float32:
+        raise ValueError("conv_input_grad accumulates a float32 result (out_scale) in a float32 tensor only")
+    if tuple(acc.shape) != tuple(int(a) for a in input_shape) or acc.device.type != "cpu":
+        raise ValueError(f"conv_input_grad: accumulate is {tuple(acc.shape)}, the input {tuple(input_shape)}")
+    _check(gq, wq)
+    _, s, p, _, k, out = _geometry(tuple(acc.shape), wq.shape, stride, padding, dilation, groups)
+    if _pointwise(k, s, p, groups):
+        check_grad_output(gq.shape, (acc.shape[0], wq.shape[0], *out))
+        if _pointwise_gemm(gq, wq, scale, transposed=True, add_to=acc) is not None:
+            return acc
+    dx = conv_input_grad(gq, wq, input_shape, stride, padding, dilation, groups, scale, out_dtype)
+    return acc.add_(dx)  # float32's sum, as autograd's add of the two gradients
 
 
 def _weight_grad_out(rows: int, cols: int, scale) -> torch.Tensor:
@@ -485,10 +514,25 @@ def _weight(wq) -> torch.Tensor:
 
 
 def conv_input_grad(
-    gq, wq, input_shape, stride=1, padding=0, dilation=1, groups=1, out_scale=None, out_dtype=torch.float32
+    gq,
+    wq,
+    input_shape,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    out_scale=None,
+    out_dtype=torch.float32,
+    accumulate=None,
 ) -> torch.Tensor:
     """dL/dx for dL/dy = g (torch.nn.grad.conv{N}d_input), int32 of shape input_shape (``out_scale`` and
-    ``out_dtype``: as conv_forward's)."""
+    ``out_dtype``: as conv_forward's). ``accumulate`` (with a float32 ``out_scale`` result): a float32 tensor
+    of input_shape that is returned holding accumulate + dx, float32's sum, as autograd adds two gradients
+    of one tensor: on the 1x1 route, where its channels-last rows are the product's, added as the product
+    is written (one pass over it, not the product's and then the sum's); elsewhere by an add after it."""
+    if accumulate is not None:
+        return _accumulated_input_grad(gq, wq, input_shape, stride, padding, dilation, groups, out_scale,
+                                       out_dtype, accumulate)  # fmt: skip
     _check(gq, wq)
     _check_out_dtype(out_scale, out_dtype)
     input_shape = tuple(int(a) for a in input_shape)

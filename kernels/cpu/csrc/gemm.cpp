@@ -375,6 +375,16 @@ static void gemm_out(int64_t M, int64_t N, int64_t K, Operand a, Operand b, void
     if (M == 0 || N == 0) return;
     if (K > 0 && amx_allowed.load(std::memory_order_relaxed) && gemm_amx(M, N, K, a, b, c, OutRows{ldc}, scale, bf16))
         return;
+    if (scale.add) {  // this GEMM keeps its int32 sums in C between K blocks: the scaled product apart, then added
+        OutScale plain = scale;
+        plain.add = false;
+        std::unique_ptr<int32_t[]> tmp(new int32_t[(size_t)(M * N)]);
+        gemm(M, N, K, a, b, tmp.get(), N, plain);
+        const float* f = reinterpret_cast<const float*>(tmp.get());
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) static_cast<float*>(c)[m * ldc + n] += f[m * N + n];
+        return;
+    }
     if (!bf16) return gemm(M, N, K, a, b, static_cast<int32_t*>(c), ldc, scale);
     std::unique_ptr<int32_t[]> tmp(new int32_t[(size_t)(M * N)]);
     gemm(M, N, K, a, b, tmp.get(), N, scale);
@@ -394,13 +404,17 @@ static void gemm_out(int64_t M, int64_t N, int64_t K, Operand a, Operand b, void
 
 extern "C" {
 
+// rq_gemm_s8's `out` flags
+enum { OUT_BF16 = 1, OUT_ADD = 2 };
+
 // C[m * ldc + n] = sum_k A[m * sam + k * sak] * B[k * sbk + n * sbn]; with a scale (nullable) C is float32
-// and holds (float)sum * scale, with `bf16` too that value rounded to bfloat16; scale_axis -1: scale[0], 0:
-// scale[m] (one per row), 1: scale[n] (one per column)
+// and holds (float)sum * scale, with `out` OUT_BF16 that value rounded to bfloat16, with OUT_ADD (float32) C's
+// own value plus it; scale_axis -1: scale[0], 0: scale[m] (one per row), 1: scale[n] (one per column)
 void rq_gemm_s8(int64_t M, int64_t N, int64_t K, const int8_t* A, int64_t sam, int64_t sak, const int8_t* B,
-                int64_t sbk, int64_t sbn, void* C, int64_t ldc, const float* scale, int scale_axis, int bf16) {
+                int64_t sbk, int64_t sbn, void* C, int64_t ldc, const float* scale, int scale_axis, int out) {
+    const bool bf16 = out & OUT_BF16, add = (out & OUT_ADD) && scale && !bf16;
     rq::gemm_out(M, N, K, rq::Operand{A, {sam}, {sak}}, rq::Operand{B, {sbn}, {sbk}}, C, ldc,
-                 rq::OutScale{scale, scale_axis}, bf16 != 0);
+                 rq::OutScale{scale, scale_axis, add}, bf16);
 }
 
 // rq_gemm_s8 with an axis read through a table (rq::Axis): each operand's m / n axis and k axis take a

@@ -18,9 +18,11 @@ inline void store16(__m512i v, __mmask16 m, void* c, int64_t at, OutScale scale,
         return;
     }
     const __m512 s = scale.axis == 1 ? _mm512_maskz_loadu_ps(m, scale.v) : _mm512_set1_ps(*scale.v);
-    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
     if (!bf16) {
-        _mm512_mask_storeu_ps(static_cast<float*>(c) + at, m, f);
+        float* out = static_cast<float*>(c) + at;
+        if (scale.add) f = _mm512_add_ps(_mm512_maskz_loadu_ps(m, out), f);  // fl(C + fl(acc * scale))
+        _mm512_mask_storeu_ps(out, m, f);
         return;
     }
     const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(round_bf16x16(f)), 16);
