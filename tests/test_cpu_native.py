@@ -966,12 +966,14 @@ def test_grouped_products_on_the_direct_vnni_kernel_are_exact(
 def test_native_gemm_threads_split_rows_or_columns_exactly(gemm_kernel):
     """Two threads take ranges of rows, or of columns where B is the larger operand (N > M), and leave
     the same int32 result, scaled or not, by one scale or one a row or column. On VNNI the ranges split
-    at 8 rows or 16 columns (300 rows at 152, 97 at 56, 200 columns at 112), not only at 32."""
+    at 8 rows or 16 columns (300 rows at 152, 97 at 56, 200 columns at 112), not only at 32; a scaled C of
+    4 MB and more goes out by non-temporal stores where a vector is whole and aligned (1100 x 1000: rows of
+    4000 bytes, some aligned and some not)."""
     gen = torch.Generator().manual_seed(7)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        for m, k, n in ((40, 700, 300), (40, 700, 200), (300, 700, 40), (97, 1500, 97)):
+        for m, k, n in ((40, 700, 300), (40, 700, 200), (300, 700, 40), (97, 1500, 97), (1100, 64, 1000)):
             a = torch.randint(-127, 128, (m, k), generator=gen, dtype=torch.int8)
             b = torch.randint(-127, 128, (k, n), generator=gen, dtype=torch.int8)
             want = (a.long() @ b.long()).to(torch.int32)

@@ -78,6 +78,11 @@ constexpr int64_t TILE = 16 * TK;          // bytes of one packed tile
 // 32 x 32 sums wait in memory (a long reduction's blocks would not fit in L2)
 constexpr int64_t A_BLOCK_BYTES = 256 << 10, B_BLOCK_BYTES = 1 << 20;
 constexpr int64_t KC_TILES = 16;
+// VNNI: a float32 C of this many bytes and more goes out by non-temporal stores (no read of each line before
+// it is overwritten): whole steps 1.02-1.05x faster on AMD Zen 4 (ResNet-18/50, MobileNetV2 at 112 px), whose
+// 1x1 products with 64 or 128 input channels were bound by writing their outputs; 1.007x on Zen 5
+// (docs/measurements.md). AMX not measured: off there
+constexpr int64_t STREAM_BYTES = 4 << 20;
 
 struct alignas(64) TileConfig {
     uint8_t palette_id = 1;
@@ -449,6 +454,8 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
     const int nt = (double)M * N * K < (double)(1 << 22) ? 1 : std::max(1, omp_get_max_threads());
     const bool split_k = nt > 1 && K >= 8 * std::max(M, N) && K >= 64 * TK;
     if (!split_k) {
+        OutScale epilogue = scale;
+        epilogue.stream = !amx && scale && !bf16 && !scale.add && (double)M * N * 4 >= (double)STREAM_BYTES;
         const bool by_cols = N > M && N >= 32 * nt;
         const int64_t span = by_cols ? N : M;
         // the threads' rows in whole AMX tile pairs, or on VNNI in the kernel's 8-row groups (columns: its
@@ -461,11 +468,12 @@ bool gemm_amx(int64_t M, int64_t N, int64_t K, const Operand& a, const Operand& 
             if (lo < hi) {
                 configure_tiles(amx);
                 if (by_cols)
-                    part(amx, 0, M, lo, hi, 0, K, a, b, c, out, scale, bf16);
+                    part(amx, 0, M, lo, hi, 0, K, a, b, c, out, epilogue, bf16);
                 else
-                    part(amx, lo, hi, 0, N, 0, K, a, b, c, out, scale, bf16);
+                    part(amx, lo, hi, 0, N, 0, K, a, b, c, out, epilogue, bf16);
                 release_tiles(amx);
             }
+            if (epilogue.stream) _mm_sfence();  // the non-temporal stores, seen by every thread after the region
         }
         return true;
     }

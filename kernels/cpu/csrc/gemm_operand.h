@@ -42,11 +42,14 @@ struct OutScale {
     // float32 C only: C = C + (float)acc * scale, the sum with the float32 values C holds (a gradient that
     // autograd would add to this product's, added where the product is written: rq_gemm_s8's OUT_ADD)
     bool add = false;
+    // float32 C without `add`: whole 64-byte aligned vectors by non-temporal stores (a C larger than the
+    // caches, gemm_amx.cpp); the caller fences
+    bool stream = false;
     explicit operator bool() const { return v != nullptr; }
     float at(int64_t m, int64_t n) const { return v[axis < 0 ? 0 : axis == 0 ? m : n]; }
     // the scale of the block of C from (m, n): its at(0, 0) is this one's at(m, n)
     OutScale from(int64_t m, int64_t n) const {
-        return {axis < 0 || !v ? v : v + (axis == 0 ? m : n), axis, add};
+        return {axis < 0 || !v ? v : v + (axis == 0 ? m : n), axis, add, stream};
     }
 };
 

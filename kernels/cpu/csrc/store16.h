@@ -6,6 +6,8 @@
 #ifdef __AVX512F__
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "bf16.h"
 #include "gemm_operand.h"
 
@@ -22,7 +24,10 @@ inline void store16(__m512i v, __mmask16 m, void* c, int64_t at, OutScale scale,
     if (!bf16) {
         float* out = static_cast<float*>(c) + at;
         if (scale.add) f = _mm512_add_ps(_mm512_maskz_loadu_ps(m, out), f);  // fl(C + fl(acc * scale))
-        _mm512_mask_storeu_ps(out, m, f);
+        if (scale.stream && m == (__mmask16)0xFFFF && reinterpret_cast<uintptr_t>(out) % 64 == 0)
+            _mm512_stream_ps(out, f);
+        else
+            _mm512_mask_storeu_ps(out, m, f);
         return;
     }
     const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(round_bf16x16(f)), 16);
