@@ -1014,8 +1014,8 @@ def test_native_gemm_adds_its_scaled_product_to_what_c_holds(gemm_kernel):
 
 @pytest.mark.parametrize("kernel, stride", [(1, 1), (3, 1), (1, 2)], ids=["1x1", "3x3", "1x1 s2"])
 def test_input_grad_accumulates_into_a_gradient_as_autograd_adds(kernel, stride):
-    """conv_input_grad(accumulate=r) returns r itself holding r + dx bit for bit: the 1x1 route adds in
-    the product (one GEMM call, no other output), the others add after it."""
+    """conv_input_grad(accumulate=r) returns r itself holding r + dx bit for bit: the 1x1 route on the tile
+    GEMM adds in the product (one GEMM call, no other output), the others add after it."""
     gen = torch.Generator().manual_seed(5)
     x_shape = (2, 24, 6, 6)
     w = torch.randint(-127, 128, (32, 24, kernel, kernel), generator=gen, dtype=torch.int8)
@@ -1034,7 +1034,7 @@ def test_input_grad_accumulates_into_a_gradient_as_autograd_adds(kernel, stride)
     finally:
         native.gemm_rows = rows
     assert got is r and torch.equal(got, want)
-    if kernel == 1 and stride == 1 and cpu.routes.native_gemm():
+    if kernel == 1 and stride == 1 and cpu.routes.native_tiles():
         assert calls == [True]
     with pytest.raises(ValueError):
         cpu.conv_input_grad(g, w, x_shape, stride, pad, accumulate=r)  # an int32 product

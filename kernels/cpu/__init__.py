@@ -32,8 +32,8 @@ from .routes import clear_route_caches, conv_route, torch_int8_fast
 
 __all__ = [
     "absmax",
-    "accumulating_input_grad",
     "absmax_quantize",
+    "accumulating_input_grad",
     "channel_stats",
     "clear_route_caches",
     "conv_forward",

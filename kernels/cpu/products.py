@@ -326,7 +326,9 @@ def _accumulated_input_grad(gq, wq, input_shape, stride, padding, dilation, grou
         raise ValueError(f"conv_input_grad: accumulate is {tuple(acc.shape)}, the input {tuple(input_shape)}")
     _check(gq, wq)
     _, s, p, _, k, out = _geometry(tuple(acc.shape), wq.shape, stride, padding, dilation, groups)
-    if _pointwise(k, s, p, groups):
+    # in the product on the tile GEMM only, where it was measured: the vector GEMM (AVX2) keeps its int32 sums
+    # in C, so it would add from a buffer of its own, one thread, where torch's add below runs on all
+    if routes.native_tiles() and _pointwise(k, s, p, groups):
         check_grad_output(gq.shape, (acc.shape[0], wq.shape[0], *out))
         if _pointwise_gemm(gq, wq, scale, transposed=True, add_to=acc) is not None:
             return acc

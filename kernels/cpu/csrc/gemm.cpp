@@ -381,6 +381,7 @@ static void gemm_out(int64_t M, int64_t N, int64_t K, Operand a, Operand b, void
         std::unique_ptr<int32_t[]> tmp(new int32_t[(size_t)(M * N)]);
         gemm(M, N, K, a, b, tmp.get(), N, plain);
         const float* f = reinterpret_cast<const float*>(tmp.get());
+#pragma omp parallel for if ((double)M * N >= (double)(1 << 16))
         for (int64_t m = 0; m < M; ++m)
             for (int64_t n = 0; n < N; ++n) static_cast<float*>(c)[m * ldc + n] += f[m * N + n];
         return;
